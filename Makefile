@@ -1,0 +1,45 @@
+# FastRL: `make run` trains the default CPU recipe; `make test` runs the whole test suite.
+# Both create/refresh the virtual environment .venv (fast when nothing changed) and install the
+# Debian packages the project needs (Slurm, munge, Open MPI) when missing.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.fastrl-installed
+REQS := requirements.txt requirements/constraints.txt requirements/nodeps.txt pyproject.toml
+RECIPE ?= easyvqa_tiny_fastrl_grpo_cpu
+ARGS ?=
+# The trainer lands with the training issue; until then the main job is a dry run.
+RUN_FLAGS ?= --dry-run
+PYTEST_ARGS ?=
+export OMP_NUM_THREADS ?= 2
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: run test setup system venv clean-venv
+
+run: setup
+	$(PY) -m fastrl.train --recipe $(RECIPE) $(RUN_FLAGS) $(ARGS)
+
+test: setup
+	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; that is a failure" >&2; exit 1; fi; \
+	exit $$rc
+
+setup: system venv
+
+system:
+	@bash tools/setup_system.sh
+
+venv: $(STAMP)
+
+$(STAMP): $(REQS)
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade "pip>=24" "setuptools>=68" wheel
+	$(PIP) install -q -c requirements/constraints.txt -r requirements.txt
+	$(PIP) install -q --no-deps -r requirements/nodeps.txt
+	$(PIP) install -q --no-deps --no-build-isolation -e .
+	@touch $(STAMP)
+
+clean-venv:
+	rm -rf $(VENV)

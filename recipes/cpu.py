@@ -1,0 +1,127 @@
+"""CPU recipes: a tiny Qwen2.5-VL-architecture policy on the embedded easy-vqa data.
+
+Layout: one process (TP=1, PP=1, DP=1), fp32, in-process Hugging Face rollout engine.
+Batch: 32 prompts x n=8 rollouts per step; policy update in mini-batches of 16 prompts.
+Optimizer: Adam lr 1e-4 (3e-4 was unstable for this model size), 120 steps after a supervised
+warm start (vision warm-up through attribute heads, then SFT on formatted answers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from fastrl.config import (
+    AdaptiveSamplingConfig,
+    AlgorithmConfig,
+    DataConfig,
+    LoggingConfig,
+    ModelConfig,
+    OptimizerConfig,
+    PruningConfig,
+    RewardConfig,
+    RolloutConfig,
+    RunConfig,
+    TrainerConfig,
+    WarmStartConfig,
+)
+from recipes import register
+
+
+def _tiny_base(name: str) -> RunConfig:
+    return RunConfig(
+        recipe=name,
+        model=ModelConfig(source="tiny"),
+        rollout=RolloutConfig(
+            engine="hf", n=8, prompts_per_step=32, temperature=1.0, max_response_length=24,
+            max_prompt_length=96,
+        ),
+        algorithm=AlgorithmConfig(
+            name="grpo", clip_low=0.2, clip_high=0.3, use_kl_loss=True, kl_coef=0.01,
+            kl_estimator="low_var_kl",
+        ),
+        pruning=PruningConfig(method="none"),
+        adaptive_sampling=AdaptiveSamplingConfig(enabled=False, period="steps", period_steps=30),
+        data=DataConfig(dataset="easy_vqa", template="easy_vqa_thinking", image_size=56, val_size=2000),
+        reward=RewardConfig(name="easy_vqa_strict"),
+        optimizer=OptimizerConfig(lr=1e-4, weight_decay=1e-2, clip_grad=1.0),
+        warm_start=WarmStartConfig(enabled=True, vision_warmup_steps=150, sft_steps=25),
+        trainer=TrainerConfig(epochs=1, max_steps=120, mini_batch_prompts=16, val_every=40),
+        logging=LoggingConfig(output_dir="runs"),
+    )
+
+
+def _with_fastrl(config: RunConfig, *, ars: bool = True) -> RunConfig:
+    return replace(
+        config,
+        pruning=replace(config.pruning, method="fastrl", semantics="reference", similarity_threshold=0.2),
+        adaptive_sampling=replace(config.adaptive_sampling, enabled=ars),
+    )
+
+
+def _dapo(config: RunConfig) -> RunConfig:
+    return replace(
+        config,
+        algorithm=replace(
+            config.algorithm, name="dapo", clip_high=0.28, use_kl_loss=False, kl_coef=0.0,
+            dynamic_sampling=True, overlong_shaping=True, overlong_cache_length=8, loss_agg="token_mean",
+        ),
+    )
+
+
+def _gspo(config: RunConfig) -> RunConfig:
+    return replace(
+        config,
+        algorithm=replace(
+            config.algorithm, name="gspo", loss_type="gspo", loss_agg="seq_mean_token_mean",
+            use_kl_loss=False, kl_coef=0.0,
+        ),
+    )
+
+
+@register()
+def easyvqa_tiny_grpo_cpu() -> RunConfig:
+    """GRPO baseline: tiny Qwen2.5-VL on easy-vqa, no pruning, fixed n=8 (TP1 PP1 DP1, fp32)."""
+    return _tiny_base("easyvqa_tiny_grpo_cpu")
+
+
+@register()
+def easyvqa_tiny_fastrl_grpo_cpu() -> RunConfig:
+    """The default CPU recipe: GRPO + FastRL (MDAP pruning + ARS every 30 steps), tiny Qwen2.5-VL on easy-vqa."""
+    return _with_fastrl(_tiny_base("easyvqa_tiny_fastrl_grpo_cpu"))
+
+
+@register()
+def easyvqa_tiny_fastrl_mdap_grpo_cpu() -> RunConfig:
+    """GRPO + MDAP pruning only (n fixed at 8): the ablation without adaptive sampling."""
+    return _with_fastrl(_tiny_base("easyvqa_tiny_fastrl_mdap_grpo_cpu"), ars=False)
+
+
+@register()
+def easyvqa_tiny_cppo_grpo_cpu() -> RunConfig:
+    """GRPO + CPPO pruning (top half of each group by |advantage|), the pruning baseline."""
+    base = _tiny_base("easyvqa_tiny_cppo_grpo_cpu")
+    return replace(base, pruning=replace(base.pruning, method="cppo", keep_ratio=0.5))
+
+
+@register()
+def easyvqa_tiny_dapo_cpu() -> RunConfig:
+    """DAPO baseline: clip-higher 0.28, token-mean loss, no KL, dynamic sampling, overlong shaping."""
+    return _dapo(_tiny_base("easyvqa_tiny_dapo_cpu"))
+
+
+@register()
+def easyvqa_tiny_fastrl_dapo_cpu() -> RunConfig:
+    """DAPO + FastRL (MDAP + ARS)."""
+    return _with_fastrl(_dapo(_tiny_base("easyvqa_tiny_fastrl_dapo_cpu")))
+
+
+@register()
+def easyvqa_tiny_gspo_cpu() -> RunConfig:
+    """GSPO baseline: sequence-level ratio clipped to [1-3e-4, 1+4e-4], sequence-mean loss, no KL."""
+    return _gspo(_tiny_base("easyvqa_tiny_gspo_cpu"))
+
+
+@register()
+def easyvqa_tiny_fastrl_gspo_cpu() -> RunConfig:
+    """GSPO + FastRL (MDAP + ARS)."""
+    return _with_fastrl(_gspo(_tiny_base("easyvqa_tiny_fastrl_gspo_cpu")))

@@ -1,0 +1,11 @@
+"""Shared test set-up: one torch thread per test process (the machines have 2 cores), no hub access."""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import torch  # noqa: E402
+
+torch.set_num_threads(1)

@@ -1,0 +1,69 @@
+"""Every recipe builds offline and validates; the fp8 ones are refused without Transformer Engine."""
+
+import dataclasses
+
+import pytest
+
+from fastrl import config as cfg
+from recipes import DEFAULT_RECIPE, get_recipe, list_recipes, recipe_function
+
+ALL = list_recipes()
+
+
+def test_registry_has_the_required_recipes():
+    for name in [
+        DEFAULT_RECIPE,
+        "easyvqa_tiny_grpo_cpu",
+        "qwen25vl_3b_fastrl_grpo_geo3k_h100_bf16",
+        "qwen25vl_7b_fastrl_grpo_geo3k_h100_fp8",
+        "qwen25vl_7b_fastrl_grpo_geoqa8k_h100_bf16",
+        "qwen25vl_7b_fastrl_dapo_geo3k_h100_bf16",
+        "qwen25vl_7b_fastrl_gspo_geoqa8k_h100_bf16",
+    ]:
+        assert name in ALL
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_recipe_builds_and_validates(name, monkeypatch):
+    doc = recipe_function(name).__doc__
+    assert doc and len(doc.strip()) > 20
+    if name.endswith("_fp8") and not cfg.transformer_engine_available():
+        with pytest.raises(cfg.ConfigError, match="Transformer Engine"):
+            get_recipe(name)
+        monkeypatch.setattr(cfg, "transformer_engine_available", lambda: True)
+    config = get_recipe(name)
+    assert config.recipe == name
+    assert cfg.RunConfig.from_dict(config.to_dict()) == config
+    if config.parallel.world_size is not None:
+        dp = config.parallel.dp_size()
+        assert config.update_multiple(dp) % (dp * config.parallel.micro_batch_size) == 0
+
+
+def test_default_recipe_is_fastrl_on_grpo_and_twin_differs_only_in_method():
+    fast, base = get_recipe(DEFAULT_RECIPE), get_recipe("easyvqa_tiny_grpo_cpu")
+    assert fast.pruning.method == "fastrl" and fast.adaptive_sampling.enabled
+    assert base.pruning.method == "none" and not base.adaptive_sampling.enabled
+    assert fast.model.source == "tiny" and fast.data.dataset == "easy_vqa"
+    same = dataclasses.replace(fast, recipe=base.recipe, pruning=base.pruning, adaptive_sampling=base.adaptive_sampling)
+    assert same == base
+
+
+def test_paper_hyperparameters():
+    c = get_recipe("qwen25vl_7b_fastrl_grpo_geo3k_h100_bf16")
+    assert (c.optimizer.lr, c.optimizer.weight_decay) == (1e-6, 1e-2)
+    assert (c.algorithm.kl_coef, c.algorithm.kl_estimator, c.algorithm.use_kl_loss) == (0.01, "low_var_kl", True)
+    assert (c.rollout.n, c.rollout.prompts_per_step) == (8, 256)
+    assert c.pruning.similarity_threshold == 0.2
+    assert (c.algorithm.clip_low, c.algorithm.clip_high) == (0.2, 0.3)
+    assert c.trainer.epochs == 25
+    assert get_recipe("qwen25vl_7b_fastrl_grpo_geoqa8k_h100_bf16").trainer.epochs == 15
+    assert (c.parallel.tensor_model_parallel_size, c.parallel.dp_size()) == (2, 4)
+    d = get_recipe("qwen25vl_7b_dapo_geo3k_h100_bf16")
+    assert d.algorithm.clip_high == 0.28 and d.algorithm.dynamic_sampling and not d.algorithm.use_kl_loss
+    g = get_recipe("qwen25vl_3b_gspo_geo3k_h100_bf16")
+    assert g.algorithm.loss_type == "gspo" and g.algorithm.loss_agg == "seq_mean_token_mean"
+
+
+def test_unknown_recipe_suggests_names():
+    with pytest.raises(cfg.ConfigError, match="did you mean easyvqa_tiny_fastrl_grpo_cpu"):
+        get_recipe("easyvqa_tiny_fastrl_grpo")
