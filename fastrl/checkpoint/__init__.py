@@ -1,0 +1,1 @@
+"""Checkpoints: atomic publication, latest marker, exact-resume train state, signals."""

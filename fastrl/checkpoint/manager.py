@@ -1,0 +1,222 @@
+"""Checkpoint directories: atomic publication, a ``latest`` marker written last, retention.
+
+Layout under the checkpoint root::
+
+    step_00000010/            a complete checkpoint (its files + COMPLETE marker)
+    step_00000020/
+    .tmp-step_00000030/       being written (never loaded)
+    latest                    text file: "step_00000020", written last, atomically
+
+A checkpoint becomes visible only by the atomic rename of its temporary directory, after its
+``COMPLETE`` marker (JSON with the step and a list of files with their sizes) was written inside.
+Loading verifies the marker and every file's size, so a directory without a complete marker — a
+stage killed mid-save, a copy cut short — is never loaded. ``latest`` is a hint; when it is
+missing or stale the newest complete directory wins.
+
+The manager does no collective communication: in a multi-process run, rank 0 calls
+:meth:`publish` after every rank finished writing into the temporary directory (the caller
+barriers), and every rank calls :meth:`find_latest` / :meth:`verify`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+COMPLETE_MARKER = "COMPLETE"
+LATEST_FILE = "latest"
+BEST_FILE = "best"
+_STEP_DIR = re.compile(r"^step_(\d{8})$")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be used (incomplete, truncated, corrupted, incompatible)."""
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """A complete checkpoint directory and its step."""
+
+    path: Path
+    step: int
+
+
+def step_dir_name(step: int) -> str:
+    return f"step_{step:08d}"
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _list_files(root: Path) -> dict[str, int]:
+    files = {}
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and p.name != COMPLETE_MARKER:
+            files[str(p.relative_to(root))] = p.stat().st_size
+    return files
+
+
+class CheckpointManager:
+    """Writes, publishes, finds and prunes checkpoints under ``root``.
+
+    Args:
+        root: checkpoint directory (created when missing).
+        keep_last: complete checkpoints kept; older ones are deleted after a publish. The one
+            recorded as best (:meth:`mark_best`) is kept in addition.
+    """
+
+    def __init__(self, root: str | os.PathLike, *, keep_last: int = 2) -> None:
+        if keep_last < 1:
+            raise ValueError(f"keep_last must be >= 1, got {keep_last}")
+        self.root = Path(root)
+        self.keep_last = keep_last
+
+    # ---- writing ---------------------------------------------------------------------------
+
+    def staging_dir(self, step: int) -> Path:
+        """A fresh temporary directory to write the checkpoint of ``step`` into."""
+        tmp = self.root / f".tmp-{step_dir_name(step)}"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+        return tmp
+
+    def publish(self, step: int, staging: Path, *, extra: dict | None = None) -> CheckpointInfo:
+        """Seal ``staging`` with its marker, rename it into place, then update ``latest``.
+
+        A checkpoint of the same step that already exists is replaced (the new one is complete
+        before the old one is removed).
+        """
+        marker = {"step": step, "files": _list_files(staging), **(extra or {})}
+        _atomic_write_text(staging / COMPLETE_MARKER, json.dumps(marker, indent=1))
+        final = self.root / step_dir_name(step)
+        if final.exists():
+            old = self.root / f".old-{step_dir_name(step)}"
+            if old.exists():
+                shutil.rmtree(old)
+            os.replace(final, old)
+            os.replace(staging, final)
+            shutil.rmtree(old)
+        else:
+            os.replace(staging, final)
+        _fsync_dir(self.root)
+        _atomic_write_text(self.root / LATEST_FILE, final.name + "\n")
+        self._retain()
+        return CheckpointInfo(final, step)
+
+    def mark_best(self, step: int) -> None:
+        """Record ``step`` as the best checkpoint (kept by retention)."""
+        _atomic_write_text(self.root / BEST_FILE, step_dir_name(step) + "\n")
+
+    def best(self) -> CheckpointInfo | None:
+        """The checkpoint recorded as best, if it is complete."""
+        path = self.root / BEST_FILE
+        if not path.exists():
+            return None
+        name = path.read_text().strip()
+        match = _STEP_DIR.match(name)
+        if not match or not self.is_complete(self.root / name):
+            return None
+        return CheckpointInfo(self.root / name, int(match.group(1)))
+
+    # ---- reading ---------------------------------------------------------------------------
+
+    @staticmethod
+    def is_complete(path: Path) -> bool:
+        """True when ``path`` holds a marker whose listed files all exist with their sizes."""
+        try:
+            CheckpointManager.verify(path)
+        except CheckpointError:
+            return False
+        return True
+
+    @staticmethod
+    def verify(path: str | os.PathLike) -> dict:
+        """Check a checkpoint directory against its marker; return the marker.
+
+        Raises:
+            CheckpointError: no marker (incomplete), unreadable marker, or a listed file that is
+                missing or has another size (truncated or corrupted copy).
+        """
+        path = Path(path)
+        marker_path = path / COMPLETE_MARKER
+        if not path.is_dir():
+            raise CheckpointError(f"checkpoint {path} does not exist or is not a directory")
+        if not marker_path.exists():
+            raise CheckpointError(
+                f"checkpoint {path} has no {COMPLETE_MARKER} marker: it was never completely written "
+                f"(a save interrupted by a kill or preemption); it is ignored"
+            )
+        try:
+            marker = json.loads(marker_path.read_text())
+            files = marker["files"]
+        except (json.JSONDecodeError, KeyError, TypeError) as err:
+            raise CheckpointError(f"checkpoint {path}: unreadable {COMPLETE_MARKER} marker ({err})") from None
+        for rel, size in files.items():
+            f = path / rel
+            if not f.exists():
+                raise CheckpointError(f"checkpoint {path}: file {rel} listed in the marker is missing")
+            if f.stat().st_size != size:
+                raise CheckpointError(
+                    f"checkpoint {path}: file {rel} has {f.stat().st_size} bytes, the marker says {size} "
+                    f"(truncated or corrupted copy)"
+                )
+        return marker
+
+    def complete_checkpoints(self) -> list[CheckpointInfo]:
+        """Every complete checkpoint, oldest first."""
+        if not self.root.is_dir():
+            return []
+        out = []
+        for p in self.root.iterdir():
+            match = _STEP_DIR.match(p.name)
+            if match and p.is_dir() and self.is_complete(p):
+                out.append(CheckpointInfo(p, int(match.group(1))))
+        return sorted(out, key=lambda c: c.step)
+
+    def find_latest(self) -> CheckpointInfo | None:
+        """The newest complete checkpoint (``latest`` if it names a complete one and nothing newer exists)."""
+        complete = self.complete_checkpoints()
+        return complete[-1] if complete else None
+
+    # ---- retention -------------------------------------------------------------------------
+
+    def _retain(self) -> None:
+        complete = self.complete_checkpoints()
+        best = self.best()
+        keep = {c.path for c in complete[-self.keep_last :]}
+        if best is not None:
+            keep.add(best.path)
+        for c in complete:
+            if c.path not in keep:
+                shutil.rmtree(c.path, ignore_errors=True)
+        for p in self._stale_temporaries():
+            shutil.rmtree(p, ignore_errors=True)
+
+    def _stale_temporaries(self) -> Iterable[Path]:
+        for p in self.root.iterdir():
+            if p.name.startswith((".tmp-", ".old-")) and p.is_dir():
+                yield p
