@@ -25,8 +25,11 @@ def normalize_short_answer(text: str) -> str:
         if m is None:
             break
         s = m.group(1).strip()
-    s = s.lower().strip().strip("\"'`").strip()
-    s = s.rstrip(".!?,;:").strip()
+    s = s.lower()
+    previous = None
+    while s != previous:  # quotes and punctuation in any order: "'Yes'!" -> yes
+        previous = s
+        s = s.strip().strip("\"'`").rstrip(".!?,;:")
     s = _ARTICLE.sub("", s)
     return " ".join(s.split())
 

@@ -48,7 +48,10 @@ def extract_math_answer(response: str) -> str | None:
     lines = _ANSWER_LINE.findall(response)
     if not lines:
         return None
-    answer = lines[-1].strip().strip("$").strip().rstrip(".").strip()
+    answer, previous = lines[-1], None
+    while answer != previous:  # "$13$." -> "13"
+        previous = answer
+        answer = answer.strip().rstrip(".").strip("$")
     return answer or None
 
 

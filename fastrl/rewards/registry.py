@@ -76,7 +76,10 @@ def _custom_reward(path: str, function: str) -> RewardFn:
     if spec is None or spec.loader is None:
         raise RewardSpecError(f"cannot import custom reward file {path}")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        raise RewardSpecError(f"importing custom reward file {path} failed: {type(exc).__name__}: {exc}") from exc
     fn = getattr(module, function, None)
     if fn is None:
         raise RewardSpecError(f"custom reward file {path} has no function {function!r}")

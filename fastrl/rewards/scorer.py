@@ -9,9 +9,10 @@ A response whose grader raises, exceeds ``timeout_s`` or kills its worker gets
 never scored as wrong. Timeouts are measured per response from the moment its worker starts on it.
 
 Backends:
-- ``"process"`` (default): worker processes (``spawn`` start method by default). A response past its
-  time limit has its worker killed and replaced; no signals are used, so ``score`` works from any
-  thread of the caller and a hung sympy call cannot block training.
+- ``"process"`` (default): worker processes, each a fresh interpreter running
+  :mod:`fastrl.rewards.worker` (the trainer's main module is not re-imported there). A response
+  past its time limit has its worker killed and replaced; no signals are used, so ``score`` works
+  from any thread of the caller and a hung sympy call cannot block training.
 - ``"thread"``: worker threads in this process, cheaper to start. A timed-out thread cannot be
   stopped: it is abandoned (daemon thread, keeps its CPU until the grader returns) and replaced.
   Use it for graders that cannot hang (``easy_vqa``).
@@ -20,18 +21,25 @@ Backends:
 from __future__ import annotations
 
 import math
-import multiprocessing
-import signal
+import os
+import socket
+import subprocess
+import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from multiprocessing.connection import Connection, wait
+from pathlib import Path
 from typing import Literal
 
 from fastrl.rewards.registry import get_reward, is_custom_spec
 from fastrl.rewards.result import RewardResult
+from fastrl.rewards.worker import serve
+
+# The directory holding the ``fastrl`` package, so that worker interpreters import this copy.
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 Backend = Literal["process", "thread"]
 _MAX_CONSECUTIVE_START_FAILURES = 3
@@ -58,74 +66,36 @@ class ScoreStats:
         return {prefix + f.name: float(getattr(self, f.name)) for f in fields(self)}
 
 
-def grade_one(fn, response: str, ground_truth: str) -> RewardResult:
-    """``fn(response, ground_truth)``; an exception becomes an invalid result naming it."""
-    try:
-        result = fn(response, ground_truth)
-    except Exception as exc:  # noqa: BLE001 - any grader failure is reported, not raised
-        return RewardResult.invalid(f"{type(exc).__name__}: {exc}")
-    if not isinstance(result, RewardResult):
-        return RewardResult.invalid(f"TypeError: reward returned {type(result).__name__}, not RewardResult")
-    return result
-
-
-def _warm_up(spec: str, fn) -> None:
-    # Import the grader's heavy dependencies (sympy, math-verify) before the first timed response.
-    # Custom rewards are not called with made-up input.
-    if not is_custom_spec(spec):
-        grade_one(fn, "<thinking>x</thinking> \\boxed{1}", "1")
-
-
-def _serve(conn: Connection, spec: str) -> None:
-    """Worker loop: load the reward, say ready, grade chunks until ``None`` or a closed pipe."""
-    try:
-        fn = get_reward(spec)
-        _warm_up(spec, fn)
-        conn.send(("ready",))
-    except Exception as exc:  # noqa: BLE001
-        try:
-            conn.send(("init_error", f"{type(exc).__name__}: {exc}"))
-        except OSError:
-            pass
-        return
-    try:
-        while True:
-            chunk = conn.recv()
-            if chunk is None:
-                return
-            for index, response, ground_truth in chunk:
-                conn.send(("result", index, grade_one(fn, response, ground_truth)))
-    except (EOFError, OSError):
-        return  # the scorer closed or abandoned this worker
-
-
-def _process_main(conn: Connection, spec: str) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is handled by the trainer, not by graders
-    _serve(conn, spec)
-
-
 class _Worker:
-    def __init__(self, backend: Backend, spec: str, context) -> None:
+    """One grading worker: a child interpreter (``process``) or a daemon thread (``thread``)."""
+
+    def __init__(self, backend: Backend, spec: str) -> None:
         self.started_at = time.monotonic()
         self.state = "starting"  # starting -> idle <-> busy
         self.items: deque[tuple[int, str, str]] = deque()
         self.deadline = math.inf
+        self.process: subprocess.Popen | None = None
+        parent_sock, child_sock = socket.socketpair()
         if backend == "process":
-            self.conn, child = context.Pipe(duplex=True)
-            self.process = context.Process(target=_process_main, args=(child, spec), daemon=True)
-            self.process.start()
-            child.close()
-            self.thread = None
+            env = dict(os.environ)
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "fastrl.rewards.worker", str(child_sock.fileno()), spec],
+                pass_fds=(child_sock.fileno(),), stdin=subprocess.DEVNULL, env=env,
+            )
+            child_sock.close()
         else:
-            self.conn, child = multiprocessing.Pipe(duplex=True)
-            self.thread = threading.Thread(target=_serve, args=(child, spec), daemon=True, name="reward-grader")
-            self.thread.start()
-            self.process = None
+            child = Connection(child_sock.detach())
+            threading.Thread(target=serve, args=(child, spec), daemon=True, name="reward-grader").start()
+        self.conn = Connection(parent_sock.detach())
 
     def describe_exit(self) -> str:
         if self.process is not None:
-            self.process.join(timeout=1.0)
-            return f"grading worker process exited (exit code {self.process.exitcode})"
+            try:
+                code = self.process.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                code = None
+            return f"grading worker process exited (exit code {code})"
         return "grading worker thread exited"
 
     def kill(self) -> None:
@@ -133,12 +103,13 @@ class _Worker:
             self.conn.close()
         except OSError:
             pass
-        if self.process is not None and self.process.is_alive():
+        if self.process is not None and self.process.poll() is None:
             self.process.terminate()
-            self.process.join(timeout=2.0)
-            if self.process.is_alive():
+            try:
+                self.process.wait(timeout=2.0)
+            except subprocess.TimeoutExpired:
                 self.process.kill()
-                self.process.join(timeout=2.0)
+                self.process.wait(timeout=2.0)
 
     def stop(self) -> None:
         try:
@@ -146,7 +117,10 @@ class _Worker:
         except OSError:
             pass
         if self.process is not None:
-            self.process.join(timeout=2.0)
+            try:
+                self.process.wait(timeout=2.0)
+            except subprocess.TimeoutExpired:
+                pass
         self.kill()
 
 
@@ -159,8 +133,6 @@ class RewardScorer:
         num_workers: worker processes (or threads); started lazily on the first :meth:`score`.
         timeout_s: time limit per response, seconds.
         backend: ``"process"`` or ``"thread"`` (module docstring).
-        start_method: multiprocessing start method of the process backend (``"spawn"`` is safe in a
-            process that already runs threads, CUDA or torch).
         startup_timeout_s: time a new worker may take to import the grader.
         chunk_size: responses sent to a worker at once (default: a batch split into about four
             chunks per worker, at most 16 responses).
@@ -177,7 +149,6 @@ class RewardScorer:
         num_workers: int = 2,
         timeout_s: float = 10.0,
         backend: Backend = "process",
-        start_method: str = "spawn",
         startup_timeout_s: float = 120.0,
         chunk_size: int | None = None,
     ) -> None:
@@ -191,12 +162,16 @@ class RewardScorer:
             raise ValueError(f"chunk_size ({chunk_size}) must be >= 1")
         get_reward(name)
         self.name = name
+        if is_custom_spec(name):  # workers get an absolute path, whatever their working directory
+            path, _, function = name.rpartition(":")
+            self._worker_spec = f"{Path(path).expanduser().resolve()}:{function}"
+        else:
+            self._worker_spec = name
         self.num_workers = num_workers
         self.timeout_s = float(timeout_s)
         self.backend: Backend = backend
         self.startup_timeout_s = float(startup_timeout_s)
         self.chunk_size = chunk_size
-        self._context = multiprocessing.get_context(start_method) if backend == "process" else None
         self._workers: list[_Worker] = []
         self._lock = threading.Lock()
         self.last_stats = ScoreStats()
@@ -221,7 +196,7 @@ class RewardScorer:
             pass
 
     def _new_worker(self) -> _Worker:
-        return _Worker(self.backend, self.name, self._context)
+        return _Worker(self.backend, self._worker_spec)
 
     def score(self, responses: Sequence[str], ground_truths: Sequence[str]) -> list[RewardResult]:
         """Grade ``responses[i]`` against ``ground_truths[i]``; results in input order.
@@ -243,7 +218,11 @@ class RewardScorer:
                     raise TypeError(f"{kind} {i} is a {type(value).__name__}, not str")
         with self._lock:
             stats = ScoreStats()
-            results = self._run(list(responses), list(ground_truths), stats) if responses else []
+            try:
+                results = self._run(list(responses), list(ground_truths), stats) if responses else []
+            except BaseException:
+                self.close()  # workers may hold half-graded chunks: never reuse them
+                raise
             stats.num_scored = len(results)
             stats.num_invalid = sum(not r.valid for r in results)
             stats.num_timeouts = sum(r.timed_out for r in results)
@@ -307,7 +286,8 @@ class RewardScorer:
                         else:
                             _, index, result = message
                             head = worker.items.popleft()
-                            assert head[0] == index, (head[0], index)
+                            if head[0] != index:
+                                raise RuntimeError(f"grading worker answered for response {index}, expected {head[0]}")
                             results[index] = result
                             remaining -= 1
                             worker.deadline = time.monotonic() + self.timeout_s

@@ -1,0 +1,58 @@
+"""Pure algorithm math of FastRL: advantages, losses, KL, pruning (MDAP and baselines), adaptive
+rollout sampling, DAPO filters and importance-sampling correction.
+
+Tensors and scalars in, tensors out: nothing here imports ``torch.distributed``, megatron or the
+run configuration (a unit test enforces it); the trainer does the data-parallel reductions.
+"""
+
+from fastrl.algorithms.adaptive_sampling import AdaptiveRolloutSampler
+from fastrl.algorithms.advantages import (
+    grpo_advantages,
+    rloo_advantages,
+    sequence_to_token_advantages,
+    token_to_sequence_advantages,
+)
+from fastrl.algorithms.filters import dynamic_sampling_keep, overlong_penalty
+from fastrl.algorithms.importance_sampling import truncated_importance_weights
+from fastrl.algorithms.kl import k1, k2, kl_estimate, low_var_kl
+from fastrl.algorithms.losses import aggregate_loss, gspo_loss, kl_loss, loss_denominator, ppo_clip_loss
+from fastrl.algorithms.minhash import ResponseSketch, estimate_jaccard, minhash_sketch
+from fastrl.algorithms.pruning import (
+    PruneResult,
+    advantage_only_select,
+    cppo_select,
+    jaccard,
+    mdap_select,
+    random_select,
+    refill_need,
+)
+
+__all__ = [
+    "AdaptiveRolloutSampler",
+    "PruneResult",
+    "ResponseSketch",
+    "advantage_only_select",
+    "aggregate_loss",
+    "cppo_select",
+    "dynamic_sampling_keep",
+    "estimate_jaccard",
+    "grpo_advantages",
+    "gspo_loss",
+    "jaccard",
+    "k1",
+    "k2",
+    "kl_estimate",
+    "kl_loss",
+    "loss_denominator",
+    "low_var_kl",
+    "mdap_select",
+    "minhash_sketch",
+    "overlong_penalty",
+    "ppo_clip_loss",
+    "random_select",
+    "refill_need",
+    "rloo_advantages",
+    "sequence_to_token_advantages",
+    "token_to_sequence_advantages",
+    "truncated_importance_weights",
+]

@@ -1,0 +1,629 @@
+"""Rollout pruning: MDAP (FastRL) and the baseline pruners (CPPO, random, advantage-only).
+
+Spec section 2. All pruners take one scalar advantage per rollout, computed on the full batch
+(advantages are never recomputed after pruning), and the group id of each rollout; they return a
+:class:`PruneResult` whose ``keep`` mask is in input row order. Results depend on the inputs only:
+no global random state (the random pruners take an explicit ``torch.Generator``), and ties are
+broken by batch order.
+
+MDAP, Maximizing Differential Advantage Pruning (FastRL paper, section 3.2):
+
+- Phase 1. Within a group, rollouts are bucketed by advantage (``semantics="reference"``: the value
+  rounded to 4 decimals; ``"paper"``: single-link clusters of values closer than
+  ``adv_tolerance``). Inside a bucket, near-copies are dropped by token-set Jaccard similarity
+  ``J(x, y) = |S(x) ∩ S(y)| / |S(x) ∪ S(y)|`` over n-gram sets:
+  "reference" keeps the seed (largest ``|a|``) and every member with ``J(member, seed) <
+  similarity_threshold``; "paper" visits members by decreasing ``|a|`` and keeps one iff
+  ``J(member, k) <= similarity_threshold`` for every member ``k`` already kept.
+- Phase 2. The kept count ``K`` is raised to the next multiple of ``multiple`` with pruned rollouts,
+  round robin over groups in ascending id order by decreasing ``|a|`` ("round_robin", the
+  reference), or by decreasing ``|a|`` over the whole batch ("global_abs_adv").
+
+Similarities are exact by default (see :mod:`fastrl.algorithms.token_sets`; identical decisions to
+a Python-set implementation); passing a :class:`~fastrl.algorithms.minhash.ResponseSketch` instead
+of the token sequences uses the MinHash estimate.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from fastrl.algorithms._checks import check_choice, check_positive_int
+from fastrl.algorithms.minhash import ResponseSketch, estimate_jaccard
+from fastrl.algorithms.token_sets import flatten_responses, group_intersections, ngram_items
+
+__all__ = [
+    "PruneResult",
+    "jaccard",
+    "mdap_select",
+    "cppo_select",
+    "random_select",
+    "advantage_only_select",
+    "refill_need",
+]
+
+Semantics = Literal["reference", "paper"]
+Refill = Literal["round_robin", "global_abs_adv"]
+_SEMANTICS = ("reference", "paper")
+_REFILLS = ("round_robin", "global_abs_adv")
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    """Outcome of a pruner on one global batch of N rollouts.
+
+    Attributes:
+        keep: bool [N], final keep mask (Phase 1 + Phase 2), input row order.
+        phase1_keep: bool [N], kept by Phase 1 (the selection rule itself).
+        kept_per_group: group id -> final kept count, ascending group id.
+        f1: mean of ``kept_per_group`` values (spec 2.4). f2: their maximum.
+        num_buckets: advantage buckets over all groups (0 for pruners that do not bucket).
+        num_refilled: rollouts added back by Phase 2.
+        num_padding: rows the caller must add (e.g. zero-weight copies) to reach a multiple of
+            ``multiple``; non-zero only with ``allow_padding=True`` when too few rollouts were pruned.
+        zero_advantage_kept: kept rollouts whose advantage is exactly 0.
+        kept_tokens, total_tokens: response tokens kept / in the batch (None when unknown).
+        time_s: wall time spent in the pruner, seconds.
+    """
+
+    keep: torch.Tensor
+    phase1_keep: torch.Tensor
+    kept_per_group: dict[int, int]
+    f1: float
+    f2: int
+    num_buckets: int
+    num_refilled: int
+    num_padding: int
+    zero_advantage_kept: int
+    kept_tokens: int | None
+    total_tokens: int | None
+    time_s: float = field(compare=False)
+
+    @property
+    def num_rollouts(self) -> int:
+        return int(self.keep.shape[0])
+
+    @property
+    def num_kept(self) -> int:
+        return int(self.keep.sum())
+
+    @property
+    def kept_fraction(self) -> float:
+        return self.num_kept / max(self.num_rollouts, 1)
+
+    @property
+    def kept_token_fraction(self) -> float | None:
+        if self.kept_tokens is None or self.total_tokens is None:
+            return None
+        return self.kept_tokens / max(self.total_tokens, 1)
+
+    @property
+    def indices(self) -> torch.Tensor:
+        """int64 [K], kept rows in ascending order."""
+        return torch.nonzero(self.keep).reshape(-1)
+
+    def metrics(self, prefix: str = "prune/") -> dict[str, float]:
+        """Scalar statistics for logging (spec section 2.4)."""
+        out = {
+            "num_rollouts": float(self.num_rollouts),
+            "num_kept": float(self.num_kept),
+            "kept_fraction": self.kept_fraction,
+            "phase1_kept": float(self.phase1_keep.sum()),
+            "num_refilled": float(self.num_refilled),
+            "num_padding": float(self.num_padding),
+            "num_buckets": float(self.num_buckets),
+            "zero_advantage_kept": float(self.zero_advantage_kept),
+            "f1": float(self.f1),
+            "f2": float(self.f2),
+            "time_s": float(self.time_s),
+        }
+        if self.kept_tokens is not None:
+            out["kept_tokens"] = float(self.kept_tokens)
+            out["total_tokens"] = float(self.total_tokens)
+            out["kept_token_fraction"] = float(self.kept_token_fraction)
+        return {prefix + k: v for k, v in out.items()}
+
+
+# ----------------------------------------------------------------------------------------------
+# Jaccard on one pair (the definition; the batch path is in token_sets / minhash)
+# ----------------------------------------------------------------------------------------------
+
+
+def _ngram_set(x: Any, ngram: int) -> set:
+    seq = x.tolist() if isinstance(x, (torch.Tensor, np.ndarray)) else list(x)
+    if ngram == 1:
+        return set(seq)
+    return {tuple(seq[p : p + ngram]) for p in range(len(seq) - ngram + 1)}
+
+
+def jaccard(a: Any, b: Any, ngram: int = 1) -> float:
+    """Jaccard index of the token-id n-gram sets of two sequences: ``|A ∩ B| / |A ∪ B|``.
+
+    Two empty sets give 1.0 (spec 2.2). Examples: {1,2,3,4} vs {3,4,5,6} -> 2/6; [1,1,2] vs [2,2,1] -> 1.0.
+
+    Args:
+        a, b: 1-D int tensors, arrays or sequences of token ids.
+        ngram: n-gram size >= 1 (a sequence shorter than ``ngram`` has the empty set).
+    """
+    if not (isinstance(ngram, int) and ngram >= 1):
+        raise ValueError(f"`ngram` must be an integer >= 1, got {ngram!r}")
+    for name, x in (("a", a), ("b", b)):
+        if isinstance(x, (torch.Tensor, np.ndarray)) and x.ndim != 1:
+            raise ValueError(f"`{name}` must be one-dimensional, got shape {tuple(x.shape)}")
+    sa, sb = _ngram_set(a, ngram), _ngram_set(b, ngram)
+    union = len(sa | sb)
+    return len(sa & sb) / union if union > 0 else 1.0
+
+
+# ----------------------------------------------------------------------------------------------
+# Input handling
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Batch:
+    adv: np.ndarray  # [N] float32/float64, the caller's values
+    abs_adv: np.ndarray  # [N], same dtype
+    group_ids: np.ndarray  # [N] int64
+    uniq_groups: np.ndarray  # [G] ascending
+    gidx: np.ndarray  # [N] group index (rank of the group id)
+    local: np.ndarray  # [N] position of the row within its group, batch order
+    group_sizes: np.ndarray  # [G]
+    order: np.ndarray  # [N] rows sorted by (group, batch order)
+
+    @property
+    def n(self) -> int:
+        return int(self.adv.shape[0])
+
+
+def _to_numpy(x: Any) -> np.ndarray:
+    if isinstance(x, torch.Tensor):
+        return x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+def _prepare_batch(advantages: Any, group_ids: Any) -> _Batch:
+    adv = _to_numpy(advantages)
+    gid = _to_numpy(group_ids)
+    if adv.ndim != 1:
+        raise ValueError(f"`advantages` must be one scalar per rollout, shape [N]; got {adv.shape}")
+    if gid.ndim != 1:
+        raise ValueError(f"`group_ids` must have shape [N], got {gid.shape}")
+    if adv.shape[0] == 0:
+        raise ValueError("`advantages` is empty: a batch needs at least one rollout")
+    if gid.shape[0] != adv.shape[0]:
+        raise ValueError(f"`group_ids` has {gid.shape[0]} rows but `advantages` has {adv.shape[0]}; they must match")
+    if adv.dtype.kind not in "fiu":
+        raise TypeError(f"`advantages` must be real numbers, got dtype {adv.dtype}")
+    if adv.dtype.kind != "f":
+        adv = adv.astype(np.float64)
+    if gid.dtype.kind not in "iu":
+        raise TypeError(f"`group_ids` must be integers, got dtype {gid.dtype}")
+    bad = ~np.isfinite(adv)
+    if bad.any():
+        row = int(np.nonzero(bad)[0][0])
+        raise ValueError(
+            f"`advantages[{row}]` is {adv[row]}: advantages must be finite (check the rewards of group {int(gid[row])})"
+        )
+    gid = gid.astype(np.int64)
+    uniq, gidx = np.unique(gid, return_inverse=True)
+    gidx = gidx.reshape(-1)
+    sizes = np.bincount(gidx, minlength=uniq.shape[0]).astype(np.int64)
+    order = np.argsort(gidx, kind="stable")
+    starts = np.zeros(uniq.shape[0], dtype=np.int64)
+    np.cumsum(sizes[:-1], out=starts[1:])
+    local = np.empty(adv.shape[0], dtype=np.int64)
+    local[order] = np.arange(adv.shape[0]) - starts[gidx[order]]
+    return _Batch(adv, np.abs(adv), gid, uniq, gidx, local, sizes, order)
+
+
+def _check_lengths(n: int, lengths: Any, name: str) -> np.ndarray | None:
+    if lengths is None:
+        return None
+    ln = _to_numpy(lengths).astype(np.int64).reshape(-1)
+    if ln.shape[0] != n:
+        raise ValueError(f"`{name}` has {ln.shape[0]} rows but the batch has {n}")
+    return ln
+
+
+# ----------------------------------------------------------------------------------------------
+# Buckets and orders
+# ----------------------------------------------------------------------------------------------
+
+
+def _buckets(b: _Batch, semantics: str, adv_tolerance: float) -> tuple[np.ndarray, int]:
+    """Bucket id [N] (dense, sorted by group then value) and the number of buckets."""
+    if semantics == "reference":
+        key = np.round(b.adv, 4)  # in the caller's dtype, as the reference rounds its float32 values
+        srt = np.lexsort((key, b.gidx))
+        k = key[srt]
+        g = b.gidx[srt]
+        new = np.ones(b.n, dtype=bool)
+        new[1:] = (g[1:] != g[:-1]) | (k[1:] != k[:-1])
+    else:
+        v = b.adv.astype(np.float64)
+        srt = np.lexsort((v, b.gidx))
+        s = v[srt]
+        g = b.gidx[srt]
+        new = np.ones(b.n, dtype=bool)
+        new[1:] = (g[1:] != g[:-1]) | (s[1:] - s[:-1] >= adv_tolerance)
+    bid = np.empty(b.n, dtype=np.int64)
+    bid[srt] = np.cumsum(new) - 1
+    return bid, int(new.sum())
+
+
+def _rank_by_abs_desc(b: _Batch, segment: np.ndarray, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Sort ``rows`` (default: all) by (segment, |a| descending, batch order).
+
+    Returns ``(sorted_rows, rank_within_segment)`` with the rank aligned to ``sorted_rows``.
+    """
+    if rows is None:
+        rows = np.arange(b.n)
+    seg = segment[rows]
+    srt = rows[np.lexsort((rows, -b.abs_adv[rows], seg))]
+    seg_sorted = segment[srt]
+    first = np.ones(srt.shape[0], dtype=bool)
+    first[1:] = seg_sorted[1:] != seg_sorted[:-1]
+    start_idx = np.maximum.accumulate(np.where(first, np.arange(srt.shape[0]), 0))
+    rank = np.arange(srt.shape[0]) - start_idx
+    return srt, rank
+
+
+# ----------------------------------------------------------------------------------------------
+# Phase 1 (MDAP)
+# ----------------------------------------------------------------------------------------------
+
+SimilarityFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+def _exact_similarity(
+    b: _Batch, responses: Sequence[Any], ngram: int, backend: str = "auto"
+) -> tuple[SimilarityFn, np.ndarray]:
+    flat, lengths = flatten_responses(responses, order=b.order)
+    if lengths.shape[0] != b.n:
+        raise ValueError(f"`responses` has {lengths.shape[0]} rows but `advantages` has {b.n}; they must match")
+    items, counts_ordered = ngram_items(flat, lengths[b.order], ngram)
+    inter = group_intersections(items, counts_ordered, b.group_sizes, backend=backend)
+    sizes = np.empty(b.n, dtype=np.int64)
+    sizes[b.order] = inter[b.gidx[b.order], b.local[b.order], b.local[b.order]]
+
+    def sim(rows_a: np.ndarray, rows_b: np.ndarray) -> np.ndarray:
+        i = inter[b.gidx[rows_a], b.local[rows_a], b.local[rows_b]]
+        union = sizes[rows_a] + sizes[rows_b] - i
+        with np.errstate(divide="ignore", invalid="ignore"):
+            j = i.astype(np.float64) / union.astype(np.float64)
+        return np.where(union > 0, j, 1.0)
+
+    return sim, lengths
+
+
+def _sketch_similarity(b: _Batch, sketch: ResponseSketch, ngram: int) -> tuple[SimilarityFn, np.ndarray]:
+    if len(sketch) != b.n:
+        raise ValueError(f"the response sketch has {len(sketch)} rows but `advantages` has {b.n}; they must match")
+    if sketch.ngram != ngram:
+        raise ValueError(f"the response sketch was built with ngram={sketch.ngram} but mdap_select got ngram={ngram}")
+    sig = sketch.signatures
+
+    def sim(rows_a: np.ndarray, rows_b: np.ndarray) -> np.ndarray:
+        return estimate_jaccard(sig[rows_a], sig[rows_b])
+
+    return sim, sketch.lengths
+
+
+def _phase1_reference(b: _Batch, bid: np.ndarray, sim: SimilarityFn, threshold: float) -> np.ndarray:
+    srt, rank = _rank_by_abs_desc(b, bid)
+    seed_of_bucket = srt[rank == 0]  # bucket ids are dense and sorted, so index = bucket id
+    seed = seed_of_bucket[bid]
+    keep = seed == np.arange(b.n)
+    others = np.nonzero(~keep)[0]
+    if others.size:
+        keep[others] = sim(others, seed[others]) < threshold
+    return keep
+
+
+def _phase1_paper(b: _Batch, bid: np.ndarray, num_buckets: int, sim: SimilarityFn, threshold: float) -> np.ndarray:
+    srt, rank = _rank_by_abs_desc(b, bid)
+    depth = int(rank.max()) + 1
+    members = np.full((num_buckets, depth), -1, dtype=np.int64)
+    members[bid[srt], rank] = srt
+    kept = np.zeros((num_buckets, depth), dtype=bool)
+    kept[:, 0] = True  # every bucket has a first member
+    for r in range(1, depth):
+        active = np.nonzero(members[:, r] >= 0)[0]
+        if active.size == 0:
+            continue
+        cand = members[active, r]
+        prev = members[active, :r]  # all valid: ranks below r exist in these buckets
+        prev_kept = kept[active, :r]
+        j = sim(np.repeat(cand, r), prev.reshape(-1)).reshape(active.size, r)
+        ok = np.all(~prev_kept | (j <= threshold), axis=1)
+        kept[active, r] = ok
+    keep = np.zeros(b.n, dtype=bool)
+    keep[members[kept]] = True
+    return keep
+
+
+# ----------------------------------------------------------------------------------------------
+# Phase 2 (refill) and result assembly
+# ----------------------------------------------------------------------------------------------
+
+
+def refill_need(kept: int, multiple: int) -> int:
+    """Rollouts to add so that ``kept`` becomes a multiple of ``multiple``: ``(multiple - kept % multiple) % multiple``.
+
+    Example: 600 kept, multiple 128 -> 40 (640 kept).
+    """
+    multiple = check_positive_int(multiple, "multiple")
+    if kept < 0:
+        raise ValueError(f"`kept` must be >= 0, got {kept}")
+    return (multiple - kept % multiple) % multiple
+
+
+def _refill(
+    b: _Batch, phase1: np.ndarray, multiple: int, refill: str, allow_padding: bool, pruner: str
+) -> tuple[np.ndarray, int, int]:
+    keep = phase1.copy()
+    k = int(phase1.sum())
+    need = refill_need(k, multiple)
+    if need == 0:
+        return keep, 0, 0
+    pruned = np.nonzero(~phase1)[0]
+    if pruned.size < need:
+        if not allow_padding:
+            raise ValueError(
+                f"{pruner}: Phase 1 kept K={k} of {b.n} rollouts; reaching a multiple of multiple={multiple} "
+                f"needs {need} more but only {pruned.size} were pruned. Use a `multiple` that divides the "
+                f"batch ({b.n} rollouts), lower it, or allow padding (the caller then adds zero-weight rows)."
+            )
+        keep[:] = True
+        return keep, int(pruned.size), refill_need(b.n, multiple)
+    if refill == "round_robin":
+        srt, rank = _rank_by_abs_desc(b, b.gidx, pruned)
+        take = srt[np.lexsort((b.gidx[srt], rank))][:need]
+    else:
+        take = pruned[np.lexsort((pruned, -b.abs_adv[pruned]))][:need]
+    keep[take] = True
+    return keep, need, 0
+
+
+def _result(
+    b: _Batch,
+    phase1: np.ndarray,
+    keep: np.ndarray,
+    num_buckets: int,
+    refilled: int,
+    padding: int,
+    lengths: np.ndarray | None,
+    t0: float,
+) -> PruneResult:
+    counts = np.bincount(b.gidx[keep], minlength=b.uniq_groups.shape[0])
+    kept_per_group = {int(g): int(c) for g, c in zip(b.uniq_groups.tolist(), counts.tolist())}
+    kept_tokens = total_tokens = None
+    if lengths is not None:
+        kept_tokens = int(lengths[keep].sum())
+        total_tokens = int(lengths.sum())
+    return PruneResult(
+        keep=torch.from_numpy(keep.copy()),
+        phase1_keep=torch.from_numpy(phase1.copy()),
+        kept_per_group=kept_per_group,
+        f1=float(counts.mean()),
+        f2=int(counts.max()),
+        num_buckets=num_buckets,
+        num_refilled=refilled,
+        num_padding=padding,
+        zero_advantage_kept=int(np.count_nonzero(keep & (b.adv == 0))),
+        kept_tokens=kept_tokens,
+        total_tokens=total_tokens,
+        time_s=time.perf_counter() - t0,
+    )
+
+
+def _check_multiple(multiple: Any, n: int, allow_padding: bool) -> int:
+    multiple = check_positive_int(multiple, "multiple")
+    if multiple > n and not allow_padding:
+        raise ValueError(
+            f"`multiple` ({multiple}) is larger than the batch ({n} rollouts): no kept set can be a multiple "
+            "of it. Lower `multiple` (the update geometry) or allow padding."
+        )
+    return multiple
+
+
+# ----------------------------------------------------------------------------------------------
+# Public pruners
+# ----------------------------------------------------------------------------------------------
+
+
+def mdap_select(
+    advantages: Any,
+    group_ids: Any,
+    responses: Sequence[Any] | ResponseSketch,
+    *,
+    similarity_threshold: float = 0.2,
+    semantics: Semantics = "reference",
+    ngram: int = 1,
+    adv_tolerance: float = 1e-4,
+    multiple: int = 1,
+    refill: Refill = "round_robin",
+    allow_padding: bool = False,
+) -> PruneResult:
+    """Maximizing Differential Advantage Pruning (FastRL, spec section 2).
+
+    Args:
+        advantages: float [N] tensor/array, one scalar per rollout (for per-token advantages, their
+            masked mean: :func:`fastrl.algorithms.advantages.token_to_sequence_advantages`),
+            computed on the full batch.
+        group_ids: int [N], one id per prompt.
+        responses: N 1-D int tensors (response token ids, unpadded, EOS included) for exact
+            similarities, or a :class:`~fastrl.algorithms.minhash.ResponseSketch` of them for the
+            approximate mode.
+        similarity_threshold: Jaccard threshold (0.2 = the paper's tau 0.8). "reference" keeps a
+            member iff ``J < threshold`` (vs the seed), "paper" iff ``J <= threshold`` (vs every kept member).
+        semantics: "reference" (the released code, default) or "paper".
+        ngram: n-gram size of the token sets.
+        adv_tolerance: "paper" bucketing tolerance (ignored by "reference", which rounds to 4 decimals).
+        multiple: the final kept count is raised to a multiple of this (Phase 2).
+        refill: "round_robin" (reference) or "global_abs_adv".
+        allow_padding: when too few rollouts were pruned to reach a multiple, keep everything and
+            report the rows still missing in ``num_padding`` instead of raising.
+
+    Returns:
+        :class:`PruneResult`.
+
+    Raises:
+        ValueError: empty batch, mismatched lengths, non-finite advantages, bad options,
+            ``multiple`` larger than the batch, or Phase 2 cannot reach a multiple (without
+            ``allow_padding``). TypeError: non-integer group ids or token ids.
+    """
+    t0 = time.perf_counter()
+    check_choice(semantics, "semantics", _SEMANTICS)
+    check_choice(refill, "refill", _REFILLS)
+    ngram = check_positive_int(ngram, "ngram")
+    if not (0.0 <= float(similarity_threshold) <= 1.0):
+        raise ValueError(f"`similarity_threshold` must be in [0, 1], got {similarity_threshold}")
+    if not float(adv_tolerance) >= 0.0:
+        raise ValueError(f"`adv_tolerance` must be >= 0, got {adv_tolerance}")
+    b = _prepare_batch(advantages, group_ids)
+    multiple = _check_multiple(multiple, b.n, allow_padding)
+    if isinstance(responses, ResponseSketch):
+        sim, lengths = _sketch_similarity(b, responses, ngram)
+    else:
+        if len(responses) != b.n:
+            raise ValueError(f"`responses` has {len(responses)} rows but `advantages` has {b.n}; they must match")
+        sim, lengths = _exact_similarity(b, responses, ngram)
+    bid, num_buckets = _buckets(b, semantics, float(adv_tolerance))
+    threshold = float(similarity_threshold)
+    if semantics == "reference":
+        phase1 = _phase1_reference(b, bid, sim, threshold)
+    else:
+        phase1 = _phase1_paper(b, bid, num_buckets, sim, threshold)
+    keep, refilled, padding = _refill(b, phase1, multiple, refill, allow_padding, "MDAP")
+    return _result(b, phase1, keep, num_buckets, refilled, padding, lengths, t0)
+
+
+def _per_group_k(b: _Batch, keep_ratio: float) -> np.ndarray:
+    if not (0.0 < float(keep_ratio) <= 1.0):
+        raise ValueError(f"`keep_ratio` must be in (0, 1], got {keep_ratio}")
+    k_group = np.maximum(1, (b.group_sizes * float(keep_ratio)).astype(np.int64))
+    return k_group[b.gidx]
+
+
+def cppo_select(
+    advantages: Any,
+    group_ids: Any,
+    *,
+    keep_ratio: float = 0.5,
+    multiple: int = 1,
+    refill: Refill = "round_robin",
+    allow_padding: bool = False,
+    response_lengths: Any = None,
+) -> PruneResult:
+    """CPPO pruning (Lin et al. 2025, "CPPO: Accelerating the Training of GRPO", section 3):
+    keep the ``k = max(1, int(n * keep_ratio))`` rollouts of each group with the largest ``|a|``
+    (ties: batch order), then refill as MDAP's Phase 2.
+
+    Args:
+        advantages: float [N]; group_ids: int [N]; keep_ratio in (0, 1]; multiple / refill /
+        allow_padding: as :func:`mdap_select`; response_lengths: optional int [N] for token statistics.
+
+    Returns:
+        :class:`PruneResult` (``num_buckets`` = 0).
+    """
+    t0 = time.perf_counter()
+    check_choice(refill, "refill", _REFILLS)
+    b = _prepare_batch(advantages, group_ids)
+    multiple = _check_multiple(multiple, b.n, allow_padding)
+    lengths = _check_lengths(b.n, response_lengths, "response_lengths")
+    k = _per_group_k(b, keep_ratio)
+    srt, rank = _rank_by_abs_desc(b, b.gidx)
+    phase1 = np.zeros(b.n, dtype=bool)
+    phase1[srt[rank < k[srt]]] = True
+    keep, refilled, padding = _refill(b, phase1, multiple, refill, allow_padding, "CPPO")
+    return _result(b, phase1, keep, 0, refilled, padding, lengths, t0)
+
+
+def _check_generator(generator: Any) -> torch.Generator:
+    if not isinstance(generator, torch.Generator):
+        raise TypeError(
+            "`generator` must be a torch.Generator (seeded by the caller, identical on every rank); "
+            f"got {type(generator).__name__}"
+        )
+    return generator
+
+
+def random_select(
+    advantages: Any,
+    group_ids: Any,
+    *,
+    generator: torch.Generator,
+    keep_ratio: float = 0.5,
+    multiple: int = 1,
+    refill: Refill = "round_robin",
+    allow_padding: bool = False,
+    response_lengths: Any = None,
+) -> PruneResult:
+    """Random pruning baseline: keep ``max(1, int(n * keep_ratio))`` uniformly random rollouts per
+    group, then refill as MDAP's Phase 2.
+
+    Args:
+        generator: a seeded ``torch.Generator`` (draws N uniform numbers; same seed, same result).
+        Other arguments as :func:`cppo_select`.
+    """
+    t0 = time.perf_counter()
+    check_choice(refill, "refill", _REFILLS)
+    gen = _check_generator(generator)
+    b = _prepare_batch(advantages, group_ids)
+    multiple = _check_multiple(multiple, b.n, allow_padding)
+    lengths = _check_lengths(b.n, response_lengths, "response_lengths")
+    k = _per_group_k(b, keep_ratio)
+    u = torch.rand(b.n, generator=gen, dtype=torch.float64).numpy()
+    srt = np.lexsort((u, b.gidx))
+    first = np.ones(b.n, dtype=bool)
+    first[1:] = b.gidx[srt][1:] != b.gidx[srt][:-1]
+    rank = np.arange(b.n) - np.maximum.accumulate(np.where(first, np.arange(b.n), 0))
+    phase1 = np.zeros(b.n, dtype=bool)
+    phase1[srt[rank < k[srt]]] = True
+    keep, refilled, padding = _refill(b, phase1, multiple, refill, allow_padding, "random pruning")
+    return _result(b, phase1, keep, 0, refilled, padding, lengths, t0)
+
+
+def advantage_only_select(
+    advantages: Any,
+    group_ids: Any,
+    *,
+    generator: torch.Generator,
+    semantics: Semantics = "reference",
+    adv_tolerance: float = 1e-4,
+    multiple: int = 1,
+    refill: Refill = "round_robin",
+    allow_padding: bool = False,
+    response_lengths: Any = None,
+) -> PruneResult:
+    """Advantage-only baseline (MDAP without the similarity check): keep one uniformly random
+    rollout per advantage bucket, buckets as in :func:`mdap_select`; then refill as Phase 2.
+
+    Args:
+        generator: a seeded ``torch.Generator``. Other arguments as :func:`mdap_select` /
+        :func:`cppo_select`.
+    """
+    t0 = time.perf_counter()
+    check_choice(semantics, "semantics", _SEMANTICS)
+    check_choice(refill, "refill", _REFILLS)
+    gen = _check_generator(generator)
+    b = _prepare_batch(advantages, group_ids)
+    multiple = _check_multiple(multiple, b.n, allow_padding)
+    lengths = _check_lengths(b.n, response_lengths, "response_lengths")
+    bid, num_buckets = _buckets(b, semantics, float(adv_tolerance))
+    u = torch.rand(b.n, generator=gen, dtype=torch.float64).numpy()
+    srt = np.lexsort((u, bid))
+    first = np.ones(b.n, dtype=bool)
+    first[1:] = bid[srt][1:] != bid[srt][:-1]
+    phase1 = np.zeros(b.n, dtype=bool)
+    phase1[srt[first]] = True
+    keep, refilled, padding = _refill(b, phase1, multiple, refill, allow_padding, "advantage-only pruning")
+    return _result(b, phase1, keep, num_buckets, refilled, padding, lengths, t0)

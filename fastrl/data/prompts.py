@@ -1,0 +1,110 @@
+"""Prompt text from Jinja templates, and filtering of prompts that are too long.
+
+Templates are part of the recipe and live in ``recipes/templates/<name>.jinja``. A template sees
+``problem`` (the record's question text), ``num_images`` and ``metadata``; it never sees the
+answer (rendering a template that uses an unknown variable raises). The built-in templates ask for
+``<thinking>...</thinking>`` reasoning followed by a ``\\boxed{}`` answer, as in the reference
+experiments.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import jinja2
+
+from fastrl.data.record import LoadReport, Record
+
+logger = logging.getLogger(__name__)
+
+
+def template_dir() -> Path:
+    """``recipes/templates`` of the installed ``recipes`` package (found without importing it)."""
+    spec = importlib.util.find_spec("recipes")
+    if spec is not None and spec.submodule_search_locations:
+        for location in spec.submodule_search_locations:
+            candidate = Path(location) / "templates"
+            if candidate.is_dir():
+                return candidate
+    return Path(__file__).resolve().parents[2] / "recipes" / "templates"
+
+
+def list_templates() -> list[str]:
+    """Names of the templates in :func:`template_dir`."""
+    return sorted(p.stem for p in template_dir().glob("*.jinja"))
+
+
+def resolve_template(name_or_path: str | Path) -> Path:
+    """A template name (``"geometry_thinking"``) or a path to a ``.jinja`` file -> its path.
+
+    Raises:
+        FileNotFoundError: neither a file nor a known template name (listing the known names).
+    """
+    path = Path(name_or_path).expanduser()
+    if path.suffix == ".jinja" or path.is_file():
+        if not path.is_file():
+            raise FileNotFoundError(f"prompt template file {path} does not exist")
+        return path
+    candidate = template_dir() / f"{name_or_path}.jinja"
+    if candidate.is_file():
+        return candidate
+    raise FileNotFoundError(
+        f"unknown prompt template {str(name_or_path)!r}; known: {list_templates()} (in {template_dir()}), "
+        "or give a path to a .jinja file"
+    )
+
+
+@functools.lru_cache(maxsize=32)
+def _compile(path: str, mtime_ns: int) -> jinja2.Template:
+    environment = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=False)
+    return environment.from_string(Path(path).read_text(encoding="utf-8"))
+
+
+def load_template(name_or_path: str | Path) -> jinja2.Template:
+    """The compiled template (cached; reloaded when the file changes)."""
+    path = resolve_template(name_or_path)
+    return _compile(str(path.resolve()), path.stat().st_mtime_ns)
+
+
+def render_prompt(template: str | Path, record: Record) -> str:
+    """The prompt text of ``record`` (surrounding whitespace stripped).
+
+    Raises:
+        FileNotFoundError: see :func:`resolve_template`.
+        jinja2.UndefinedError: the template uses a variable other than ``problem``,
+            ``num_images`` and ``metadata`` (for example ``answer``).
+    """
+    compiled = load_template(template)
+    return compiled.render(problem=record.problem, num_images=len(record.images), metadata=record.metadata).strip()
+
+
+def filter_long_prompts(
+    records: Sequence[Record],
+    template: str | Path,
+    length_fn: Callable[[str], int],
+    max_length: int,
+    *,
+    report: LoadReport | None = None,
+) -> list[Record]:
+    """Records whose rendered prompt has ``length_fn(prompt) <= max_length``.
+
+    ``length_fn`` is typically the tokenizer's token count of the chat-formatted prompt; image
+    tokens count only if ``length_fn`` adds them. The number filtered is logged and, when given,
+    added to ``report.prompts_filtered_too_long`` (metric ``data/prompts_filtered_too_long``).
+    """
+    if max_length < 1:
+        raise ValueError(f"max_length ({max_length}) must be >= 1")
+    kept = [r for r in records if length_fn(render_prompt(template, r)) <= max_length]
+    filtered = len(records) - len(kept)
+    if report is not None:
+        report.prompts_filtered_too_long += filtered
+        report.rows_kept = len(kept)
+    if filtered:
+        logger.warning(
+            "filtered %d of %d prompt(s) longer than %d (template %s)", filtered, len(records), max_length, template
+        )
+    return kept

@@ -1,0 +1,164 @@
+"""The collectives the trainer uses, each over an explicit megatron-core group.
+
+Every function is a no-op (or an identity) when its group has one member, so single-process runs
+take the same code path.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+import torch.distributed as dist
+
+
+def _dist_ready() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def dp_group() -> dist.ProcessGroup | None:
+    """megatron-core's data-parallel group of this rank (None without torch.distributed)."""
+    if not _dist_ready():
+        return None
+    from megatron.core import parallel_state as mpu
+
+    return mpu.get_data_parallel_group()
+
+
+def dp_size() -> int:
+    group = dp_group()
+    return 1 if group is None else dist.get_world_size(group)
+
+
+def dp_rank() -> int:
+    group = dp_group()
+    return 0 if group is None else dist.get_rank(group)
+
+
+def pipeline_is_last_stage() -> bool:
+    if not _dist_ready():
+        return True
+    from megatron.core import parallel_state as mpu
+
+    return mpu.is_pipeline_last_stage()
+
+
+def pipeline_size() -> int:
+    if not _dist_ready():
+        return 1
+    from megatron.core import parallel_state as mpu
+
+    return mpu.get_pipeline_model_parallel_world_size()
+
+
+def all_reduce_sum_dp(value: torch.Tensor) -> torch.Tensor:
+    """Sum of ``value`` over the data-parallel group (a new tensor; the input is not changed)."""
+    out = value.detach().clone()
+    group = dp_group()
+    if group is not None and dist.get_world_size(group) > 1:
+        dist.all_reduce(out, op=dist.ReduceOp.SUM, group=group)
+    return out
+
+
+def all_reduce_dp(value: torch.Tensor, op: str = "sum") -> torch.Tensor:
+    """``value`` reduced over the data-parallel group with ``op`` in {'sum', 'max', 'min'}."""
+    ops = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
+    if op not in ops:
+        raise ValueError(f"op must be one of {sorted(ops)}, got {op!r}")
+    out = value.detach().clone()
+    group = dp_group()
+    if group is not None and dist.get_world_size(group) > 1:
+        dist.all_reduce(out, op=ops[op], group=group)
+    return out
+
+
+def all_gather_dp(value: torch.Tensor) -> list[torch.Tensor]:
+    """One tensor per DP rank (in DP-rank order) from tensors of possibly different first dimension.
+
+    Shapes beyond the first dimension and the dtype must agree across ranks. Moves the first
+    dimension sizes (one int64 per rank) and then ``max_rows x row_bytes`` per rank.
+    """
+    group = dp_group()
+    if group is None or dist.get_world_size(group) == 1:
+        return [value.detach().clone()]
+    world = dist.get_world_size(group)
+    n = torch.tensor([value.shape[0]], dtype=torch.int64, device=value.device)
+    sizes = [torch.zeros_like(n) for _ in range(world)]
+    dist.all_gather(sizes, n, group=group)
+    counts = [int(s.item()) for s in sizes]
+    rows = max(counts)
+    padded = torch.zeros((rows, *value.shape[1:]), dtype=value.dtype, device=value.device)
+    padded[: value.shape[0]] = value.detach()
+    out = [torch.empty_like(padded) for _ in range(world)]
+    dist.all_gather(out, padded, group=group)
+    return [t[:c] for t, c in zip(out, counts)]
+
+
+def all_gather_objects_dp(obj: Any) -> list[Any]:
+    """Picklable objects, one per DP rank in DP-rank order."""
+    group = dp_group()
+    if group is None or dist.get_world_size(group) == 1:
+        return [obj]
+    out: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(out, obj, group=group)
+    return out
+
+
+def all_to_all_objects_dp(outgoing: Sequence[list[Any]]) -> list[list[Any]]:
+    """Exchange lists of picklable items: ``outgoing[r]`` goes to DP rank ``r``.
+
+    Returns ``incoming`` with ``incoming[r]`` the list DP rank ``r`` sent here. Implemented as one
+    all-gather of the per-destination lists (gloo has no object all-to-all); each rank keeps its part.
+    """
+    group = dp_group()
+    world = 1 if group is None else dist.get_world_size(group)
+    if len(outgoing) != world:
+        raise ValueError(f"outgoing has {len(outgoing)} destination lists but the DP group has {world} ranks")
+    if world == 1:
+        return [list(outgoing[0])]
+    me = dist.get_rank(group)
+    gathered = all_gather_objects_dp([list(items) for items in outgoing])
+    return [gathered[src][me] for src in range(world)]
+
+
+def broadcast_from_last_pipeline_stage(
+    tensor: torch.Tensor | None,
+    shape: Sequence[int],
+    dtype: torch.dtype,
+    device: torch.device | str = "cpu",
+) -> torch.Tensor:
+    """``tensor`` (given on the last pipeline stage) on every stage of this pipeline.
+
+    Args:
+        tensor: the value on the last stage; ignored (may be None) elsewhere.
+        shape, dtype: of the tensor, known on every stage; device: where it lives.
+    """
+    if not _dist_ready():
+        assert tensor is not None
+        return tensor
+    from megatron.core import parallel_state as mpu
+
+    if mpu.get_pipeline_model_parallel_world_size() == 1:
+        assert tensor is not None
+        return tensor
+    if mpu.is_pipeline_last_stage():
+        buf = tensor.detach().to(dtype).contiguous()
+    else:
+        buf = torch.empty(tuple(shape), dtype=dtype, device=device)
+    dist.broadcast(buf, src=mpu.get_pipeline_model_parallel_last_rank(), group=mpu.get_pipeline_model_parallel_group())
+    return buf
+
+
+def broadcast_object_from_last_pipeline_stage(obj: Any) -> Any:
+    """A picklable object given on the last pipeline stage, on every stage of this pipeline."""
+    if not _dist_ready():
+        return obj
+    from megatron.core import parallel_state as mpu
+
+    if mpu.get_pipeline_model_parallel_world_size() == 1:
+        return obj
+    box = [obj if mpu.is_pipeline_last_stage() else None]
+    dist.broadcast_object_list(
+        box, src=mpu.get_pipeline_model_parallel_last_rank(), group=mpu.get_pipeline_model_parallel_group()
+    )
+    return box[0]

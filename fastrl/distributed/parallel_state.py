@@ -1,0 +1,144 @@
+"""Process groups: torch.distributed plus megatron-core's tensor / pipeline / data parallel state.
+
+One call, :func:`initialize`, sets up a process for training: the default process group (NCCL with
+GPUs, gloo on CPU), megatron-core's model-parallel groups for the configured TP x PP layout (the
+remaining factor of the world is data parallel), and megatron's RNG tracker. On CPU it first applies
+:mod:`fastrl.distributed.cpu_compat`. :func:`destroy` undoes it (tests run several layouts in one
+process). The returned :class:`ParallelContext` carries the sizes, ranks and the DP group that the
+rest of FastRL passes around explicitly.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from fastrl.config import ParallelConfig
+from fastrl.distributed import cpu_compat
+
+
+@dataclass(frozen=True)
+class ParallelContext:
+    """Where this process sits in the TP x PP x DP grid."""
+
+    backend: str
+    rank: int
+    world_size: int
+    tp_size: int
+    pp_size: int
+    dp_size: int
+    tp_rank: int
+    pp_rank: int
+    dp_rank: int
+    dp_group: dist.ProcessGroup
+    device: torch.device
+
+    @property
+    def is_first_pipeline_stage(self) -> bool:
+        return self.pp_rank == 0
+
+    @property
+    def is_last_pipeline_stage(self) -> bool:
+        return self.pp_rank == self.pp_size - 1
+
+    @property
+    def is_logging_rank(self) -> bool:
+        """Global rank 0 (prints and writes metrics)."""
+        return self.rank == 0
+
+
+def resolve_backend(requested: str) -> str:
+    """'nccl' or 'gloo' for ``parallel.backend`` ('auto': NCCL when CUDA is available).
+
+    Raises:
+        RuntimeError: 'nccl' requested without CUDA.
+    """
+    if requested == "auto":
+        return "nccl" if torch.cuda.is_available() else "gloo"
+    if requested == "nccl" and not torch.cuda.is_available():
+        raise RuntimeError("parallel.backend='nccl' needs CUDA GPUs; use parallel.backend=gloo on CPU")
+    return requested
+
+
+def free_port() -> int:
+    """An unused TCP port on this machine (for single-process runs and tests)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def initialize(parallel: ParallelConfig, *, seed: int, timeout_s: float = 600.0) -> ParallelContext:
+    """Initialize torch.distributed and megatron-core's parallel state for this process.
+
+    Rank and world size come from the launcher's environment (``RANK``, ``WORLD_SIZE``,
+    ``MASTER_ADDR``, ``MASTER_PORT``, ``LOCAL_RANK``); without them this is a single-process run.
+    An already initialized default process group is reused.
+
+    Args:
+        parallel: TP / PP sizes and the backend choice.
+        seed: seed of megatron's RNG tracker (tensor-parallel ranks get distinct streams).
+        timeout_s: collective timeout.
+
+    Raises:
+        ConfigError: the world size is not divisible by TP x PP (or differs from parallel.world_size).
+        RuntimeError: NCCL requested without CUDA.
+    """
+    from megatron.core import parallel_state as mpu
+    from megatron.core import tensor_parallel
+
+    backend = resolve_backend(parallel.backend)
+    if backend == "gloo" and not torch.cuda.is_available():
+        cpu_compat.apply()
+    if not dist.is_initialized():
+        if "RANK" not in os.environ:
+            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+            os.environ.setdefault("MASTER_PORT", str(free_port()))
+            os.environ["RANK"], os.environ["WORLD_SIZE"] = "0", "1"
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s))
+    world = dist.get_world_size()
+    if parallel.world_size is not None and parallel.world_size != world:
+        from fastrl.config import ConfigError
+
+        raise ConfigError(
+            f"parallel.world_size={parallel.world_size} but the launcher started {world} processes"
+        )
+    dp = parallel.dp_size(world)
+    if mpu.model_parallel_is_initialized():
+        mpu.destroy_model_parallel()
+    mpu.initialize_model_parallel(
+        tensor_model_parallel_size=parallel.tensor_model_parallel_size,
+        pipeline_model_parallel_size=parallel.pipeline_model_parallel_size,
+    )
+    tensor_parallel.model_parallel_cuda_manual_seed(seed)
+    if backend == "gloo" and not torch.cuda.is_available():
+        cpu_compat.apply()  # patch megatron modules imported by the calls above
+    return ParallelContext(
+        backend=backend,
+        rank=dist.get_rank(),
+        world_size=world,
+        tp_size=parallel.tensor_model_parallel_size,
+        pp_size=parallel.pipeline_model_parallel_size,
+        dp_size=dp,
+        tp_rank=mpu.get_tensor_model_parallel_rank(),
+        pp_rank=mpu.get_pipeline_model_parallel_rank(),
+        dp_rank=mpu.get_data_parallel_rank(),
+        dp_group=mpu.get_data_parallel_group(),
+        device=torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu"),
+    )
+
+
+def destroy() -> None:
+    """Tear down megatron's parallel state and the default process group (if initialized)."""
+    from megatron.core import parallel_state as mpu
+
+    if mpu.model_parallel_is_initialized():
+        mpu.destroy_model_parallel()
+    if dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,149 @@
+"""Importing and using megatron-bridge 0.3.1 where Transformer Engine / triton are absent.
+
+megatron-bridge imports Transformer Engine unconditionally (two LoRA modules) and, through its
+Mamba provider, megatron-core's triton kernels. Neither is used by FastRL's dense models. On a
+machine without those packages (CPU) :func:`import_auto_bridge` installs a stand-in for each, only
+for the duration of the import, and checks afterwards that no megatron-core module concluded that
+Transformer Engine is available. Where the packages exist (GPU clusters) nothing is stood in.
+
+It also fixes, everywhere, one bug of megatron-bridge 0.3.1: row-parallel weight shards are
+scattered from non-contiguous ``torch.chunk`` views, which gloo sends scrambled (at TP=2 the
+model silently computes garbage). :func:`import_auto_bridge` makes every shard contiguous before
+the scatter.
+
+Each behaviour is tested in ``tests/unit/distributed/test_bridge_compat.py``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+import types
+from typing import Any
+
+_TE = "transformer_engine"
+_TRITON_KERNELS = "megatron.core.inference.contexts.attention_context.triton.tensor_ops"
+
+# megatron-core modules that decide HAVE_TE at import time: imported before any stand-in exists.
+_TE_SENSITIVE = (
+    "megatron.core.models.gpt.gpt_layer_specs",
+    "megatron.core.models.gpt.gpt_model",
+    "megatron.core.models.gpt.moe_module_specs",
+    "megatron.core.models.gpt.experimental_attention_variant_module_specs",
+    "megatron.core.models.gpt.heterogeneous.heterogeneous_layer_specs",
+    "megatron.core.transformer.attention",
+    "megatron.core.transformer.transformer_block",
+    "megatron.core.transformer.moe.experts",
+    "megatron.core.transformer.multi_latent_attention",
+    "megatron.core.transformer.multi_token_prediction",
+    "megatron.core.post_training.modelopt.layers",
+    "megatron.core.post_training.modelopt.gpt.model_specs",
+    "megatron.core.extensions.transformer_engine_spec_provider",
+    "megatron.core.models.vision.clip_vit_model",
+    "megatron.core.models.multimodal.llava_model",
+)
+
+
+class _Unavailable:
+    """Class stand-in: any use of it is an error."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise RuntimeError(f"{type(self).__name__} needs NVIDIA Transformer Engine, which is not installed")
+
+
+def _standin_module(name: str) -> types.ModuleType:
+    module = types.ModuleType(name)
+    module.__fastrl_standin__ = True  # type: ignore[attr-defined]
+
+    def __getattr__(attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return type(attr, (_Unavailable,), {})
+
+    module.__getattr__ = __getattr__  # type: ignore[method-assign]
+    return module
+
+
+def _te_standins() -> dict[str, types.ModuleType]:
+    root = _standin_module(_TE)
+    pytorch = _standin_module(f"{_TE}.pytorch")
+    ops = _standin_module(f"{_TE}.pytorch.ops")
+    root.pytorch, pytorch.ops = pytorch, ops  # type: ignore[attr-defined]
+    return {_TE: root, f"{_TE}.pytorch": pytorch, f"{_TE}.pytorch.ops": ops}
+
+
+def _triton_kernel_standin() -> types.ModuleType:
+    module = types.ModuleType(_TRITON_KERNELS)
+    module.__fastrl_standin__ = True  # type: ignore[attr-defined]
+
+    def unavailable(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("megatron-core's triton inference kernels need the triton package")
+
+    for name in ("tensor_get_slice_after", "tensor_masked_update", "tensor_merge"):
+        setattr(module, name, unavailable)
+    return module
+
+
+def _have(package: str) -> bool:
+    try:
+        return importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _make_scatter_contiguous() -> None:
+    from megatron.bridge.models.conversion.param_mapping import MegatronParamMapping
+
+    original = MegatronParamMapping.scatter_to_tp_ranks
+    if getattr(original, "__fastrl_contiguous__", False):
+        return
+
+    def scatter_to_tp_ranks(self: Any, splits: Any, *args: Any, **kwargs: Any) -> Any:
+        if splits:
+            splits = [s.contiguous() for s in splits]
+        return original(self, splits, *args, **kwargs)
+
+    scatter_to_tp_ranks.__fastrl_contiguous__ = True  # type: ignore[attr-defined]
+    MegatronParamMapping.scatter_to_tp_ranks = scatter_to_tp_ranks
+
+
+def import_auto_bridge() -> type:
+    """``megatron.bridge.AutoBridge``, importable with or without Transformer Engine / triton.
+
+    Raises:
+        RuntimeError: a megatron-core module imported while a stand-in was present believes
+            Transformer Engine is available (a newer megatron version moved its checks).
+    """
+    if "megatron.bridge" in sys.modules:
+        _make_scatter_contiguous()
+        return sys.modules["megatron.bridge"].AutoBridge
+    standins: dict[str, types.ModuleType] = {}
+    if not _have(_TE):
+        for name in _TE_SENSITIVE:
+            importlib.import_module(name)
+        standins.update(_te_standins())
+    if not _have("triton"):
+        standins[_TRITON_KERNELS] = _triton_kernel_standin()
+    before = set(sys.modules)
+    sys.modules.update(standins)
+    try:
+        from megatron.bridge import AutoBridge
+    finally:
+        for name, module in standins.items():
+            if sys.modules.get(name) is module:
+                del sys.modules[name]
+    if _TE in standins:
+        wrong = sorted(
+            name
+            for name in set(sys.modules) - before
+            if name.startswith("megatron.core") and getattr(sys.modules[name], "HAVE_TE", False) is True
+        )
+        if wrong:
+            raise RuntimeError(
+                f"megatron-core modules {wrong} were imported while the Transformer Engine stand-in "
+                f"was present and now believe TE is installed; add them to "
+                f"fastrl.models.bridge_compat._TE_SENSITIVE"
+            )
+    _make_scatter_contiguous()
+    return AutoBridge

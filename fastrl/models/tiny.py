@@ -1,0 +1,572 @@
+"""The tiny Qwen2.5-VL-architecture policy as a Hugging Face model directory.
+
+CPU runs and tests train a small, randomly initialized model with the real Qwen2.5-VL architecture
+(vision tower with window attention and a 2x2 patch merger, multimodal RoPE language model). It is
+written as an ordinary Hugging Face directory -- ``config.json``, safetensors weights, tokenizer and
+processor files -- which is the common currency between the megatron-core actor (megatron-bridge's
+``AutoBridge`` loads a Hugging Face directory) and the rollout engines.
+
+The tokenizer is word level (``tokenizers`` ``WordLevel`` model) over a fixed vocabulary built from
+the easy-vqa questions and answers, the chat-template words and the response markup
+(``<thinking>``, ``</thinking>``, ``\\boxed{``, ``}``), plus any extra texts the caller passes.
+Pre-tokenization splits on whitespace, then isolates markup tags (``<thinking>``), LaTeX commands
+with their opening brace (``\\boxed{``), words, and single punctuation characters, so that
+``\\boxed{red}`` becomes ``\\boxed{`` ``red`` ``}``. Decoding joins tokens with single spaces and
+removes the space before ``? . , ! : }`` and after ``{``, so canonically spaced text (single spaces,
+no space before punctuation or inside braces) round-trips exactly.
+
+Token ids follow Qwen's layout conventions where they matter: the model's vocabulary
+(``config.vocab_size``) is padded to a multiple of 64 (tensor-parallel splits of the embedding and
+output layer), so it is larger than the tokenizer; ids at and above ``len(tokenizer)`` never decode
+to text and the rollout engines never sample them.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from fastrl.config import DataConfig, ModelConfig
+
+ENDOFTEXT = "<|endoftext|>"
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+VISION_START = "<|vision_start|>"
+VISION_END = "<|vision_end|>"
+VISION_PAD = "<|vision_pad|>"
+IMAGE_PAD = "<|image_pad|>"
+VIDEO_PAD = "<|video_pad|>"
+UNK = "<|unk|>"
+
+#: Special tokens, in id order (ids 0..8). ``<|endoftext|>`` is bos, pad and eos of the tokenizer
+#: (as in Qwen2.5 base models); chat turns end with ``<|im_end|>``.
+SPECIAL_TOKENS: tuple[str, ...] = (
+    ENDOFTEXT, IM_START, IM_END, VISION_START, VISION_END, VISION_PAD, IMAGE_PAD, VIDEO_PAD, UNK,
+)
+
+#: Default system prompt of the Qwen2.5-VL chat template.
+DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
+
+#: The model's vocabulary size is padded to a multiple of this.
+VOCAB_MULTIPLE = 64
+
+#: Pre-tokenizer pattern applied to each whitespace-separated chunk (pieces are isolated).
+PRETOKENIZE_PATTERN = r"</?[A-Za-z_]+>|\\[A-Za-z]+\{|\w+|[^\w\s]"
+
+# Decoding: tokens are joined with single spaces, then these spaces are removed.
+_DECODE_FIXES: tuple[tuple[str, str], ...] = (
+    (" ?", "?"), (" .", "."), (" ,", ","), (" !", "!"), (" :", ":"), (" ;", ";"),
+    ("{ ", "{"), (" }", "}"), ("( ", "("), (" )", ")"),
+)
+
+# Qwen2.5-VL's chat template (system prompt added when the first message is not a system turn).
+CHAT_TEMPLATE = (
+    "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}"
+    "{% for message in messages %}{% if loop.first and message['role'] != 'system' %}"
+    "<|im_start|>system\n" + DEFAULT_SYSTEM_PROMPT + "<|im_end|>\n{% endif %}"
+    "<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}<|im_end|>\n"
+    "{% else %}{% for content in message['content'] %}"
+    "{% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}"
+    "{% set image_count.value = image_count.value + 1 %}"
+    "{% if add_vision_id %}Picture {{ image_count.value }}: {% endif %}"
+    "<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif content['type'] == 'video' or 'video' in content %}"
+    "{% set video_count.value = video_count.value + 1 %}"
+    "{% if add_vision_id %}Video {{ video_count.value }}: {% endif %}"
+    "<|vision_start|><|video_pad|><|vision_end|>"
+    "{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n"
+    "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+# Bumped whenever the on-disk layout or the initialization changes (invalidates cached dirs).
+_FORMAT_VERSION = 1
+_STAMP_FILE = "fastrl_tiny_model.json"
+
+
+# --------------------------------------------------------------------------------------------
+# Tokenizer
+# --------------------------------------------------------------------------------------------
+
+
+def base_vocabulary_texts() -> list[str]:
+    """The fixed texts whose words form the base vocabulary of the tiny tokenizer.
+
+    Covers: every easy-vqa question (train and test split) and answer; the chat-template words
+    (roles, the default system prompt, ``Picture``/``Video`` labels); the response markup
+    ``<thinking> ... </thinking> \\boxed{ANSWER}``; the words of short reasoning sentences about the
+    image ("the shape is red", "the image shows a red circle", "so the answer is yes"); and common
+    instruction words of a prompt template ("Answer the question. Think step by step first, then
+    put the final answer in \\boxed{}.") and the instruction of ``easy_vqa_thinking.jinja``.
+
+    Returns:
+        A list of texts; the order is fixed so the vocabulary (and token ids) is reproducible.
+    """
+    from easy_vqa import get_answers, get_test_questions, get_train_questions
+
+    texts: list[str] = []
+    for questions, answers, _ in (get_train_questions(), get_test_questions()):
+        texts.extend(questions)
+        texts.extend(answers)
+    texts.extend(get_answers())
+    texts.extend(
+        [
+            "system user assistant",
+            DEFAULT_SYSTEM_PROMPT,
+            "Picture 1: Video 1:",
+            "<thinking> the shape is red </thinking> \\boxed{red}",
+            "the image shows a red circle , so the answer is yes .",
+            "there is no blue shape in the image , it is not present ; the color of the shape is green",
+            "Answer the question about the image . Think step by step first , then put the final "
+            "answer in \\boxed{} : reason inside <thinking> and </thinking> with your reasoning",
+            "( ) { } ? ! .",
+            # recipes/templates/easy_vqa_thinking.jinja
+            "First think briefly inside <thinking> </thinking> tags, then give a one-word answer in \\boxed{}.",
+        ]
+    )
+    return texts
+
+
+def pre_tokenize_words(text: str) -> list[str]:
+    """Split ``text`` into the pieces that the tiny tokenizer maps to ids (special tokens excluded).
+
+    Example: ``"<thinking> the shape is red </thinking> \\boxed{red}"`` ->
+    ``["<thinking>", "the", "shape", "is", "red", "</thinking>", "\\boxed{", "red", "}"]``.
+    """
+    specials = "|".join(re.escape(t) for t in SPECIAL_TOKENS)
+    pieces: list[str] = []
+    for chunk in re.split(specials, text):
+        for word in chunk.split():
+            pieces.extend(re.findall(PRETOKENIZE_PATTERN, word))
+    return pieces
+
+
+def build_vocabulary(extra_texts: Iterable[str] = ()) -> list[str]:
+    """Ordered vocabulary: special tokens, then the base words (sorted), then new extra words (sorted).
+
+    New words from ``extra_texts`` are appended after the base words, so base token ids do not move
+    when extra texts are added.
+    """
+    base = sorted(set(w for t in base_vocabulary_texts() for w in pre_tokenize_words(t)))
+    seen = set(base)
+    extra = sorted(set(w for t in extra_texts for w in pre_tokenize_words(t)) - seen)
+    return list(SPECIAL_TOKENS) + base + extra
+
+
+def build_tiny_tokenizer(extra_texts: Iterable[str] = ()):
+    """The word-level tokenizer of the tiny model, as a ``transformers`` fast tokenizer.
+
+    Args:
+        extra_texts: texts whose words must also be in the vocabulary (e.g. rendered prompt
+            templates, dataset questions beyond easy-vqa).
+
+    Returns:
+        A ``transformers.Qwen2TokenizerFast`` (a ``PreTrainedTokenizerFast``; Qwen's class name so
+        that the Qwen2.5-VL processor accepts it) with bos = pad = ``<|endoftext|>``, eos =
+        ``<|endoftext|>``, unk = ``<|unk|>`` and the Qwen2.5-VL special tokens registered.
+    """
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import Qwen2TokenizerFast
+
+    vocab = build_vocabulary(extra_texts)
+    core = Tokenizer(models.WordLevel({w: i for i, w in enumerate(vocab)}, unk_token=UNK))
+    core.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Split(Regex(PRETOKENIZE_PATTERN), behavior="isolated")]
+    )
+    # WordPiece with a prefix that never occurs = "join with single spaces"; Fuse makes one string
+    # on which the Replace steps remove the spaces that canonical text does not have.
+    core.decoder = decoders.Sequence(
+        [decoders.WordPiece(prefix="\u0000##", cleanup=False), decoders.Fuse()]
+        + [decoders.Replace(a, b) for a, b in _DECODE_FIXES]
+    )
+    core.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
+    tokenizer = Qwen2TokenizerFast(
+        tokenizer_object=core,
+        bos_token=ENDOFTEXT,
+        eos_token=ENDOFTEXT,
+        pad_token=ENDOFTEXT,
+        unk_token=UNK,
+        clean_up_tokenization_spaces=False,
+        model_max_length=4096,
+        padding_side="left",
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def padded_vocab_size(num_tokens: int, multiple: int = VOCAB_MULTIPLE) -> int:
+    """``num_tokens`` rounded up to a multiple of ``multiple``."""
+    return -(-num_tokens // multiple) * multiple
+
+
+# --------------------------------------------------------------------------------------------
+# Config, processor, model directory
+# --------------------------------------------------------------------------------------------
+
+
+def tiny_qwen25vl_config(model: ModelConfig, tokenizer, *, tie_word_embeddings: bool = False):
+    """The ``transformers.Qwen2_5_VLConfig`` of the tiny policy described by ``model.tiny_*``.
+
+    Language model: ``tiny_hidden_size`` (default 256), ``tiny_num_layers`` (4), grouped-query
+    attention with ``tiny_num_attention_heads`` / ``tiny_num_key_value_heads``, multimodal RoPE
+    whose ``mrope_section`` (temporal, height, width) splits the rotary half-dimension
+    ``head_dim / 2`` as 1/4, 3/8, 3/8 like Qwen2.5-VL's [16, 24, 24] for head_dim 128.
+    Vision tower: ``tiny_vision_depth`` blocks (default 2) of width ``tiny_vision_hidden_size``
+    (128), patch 14, temporal patch 2, spatial merge 2 (a 56x56 image is a 4x4 patch grid and 4
+    image tokens), MLP width 4x, window attention in every block except the last (full
+    attention). With the defaults and the base vocabulary the model has about 3.5M parameters
+    (2.4M in the language-model layers, 0.4M in the vision blocks, 0.4M in the patch merger).
+
+    Args:
+        model: the model section of the run config (``source='tiny'``).
+        tokenizer: the tiny tokenizer (:func:`build_tiny_tokenizer`); token ids come from it.
+        tie_word_embeddings: share the input embedding and the output layer.
+
+    Raises:
+        ValueError: the head dimension is not a multiple of 8 (mRoPE sections) or the vision width
+            is not divisible into heads of 32.
+    """
+    from transformers import Qwen2_5_VLConfig
+
+    hidden = model.tiny_hidden_size
+    head_dim = hidden // model.tiny_num_attention_heads
+    if head_dim % 8:
+        raise ValueError(
+            f"model.tiny_hidden_size / model.tiny_num_attention_heads = {head_dim} must be a multiple "
+            f"of 8 for the multimodal RoPE sections"
+        )
+    half = head_dim // 2
+    mrope_section = [half // 4, (half - half // 4) // 2, half - half // 4 - (half - half // 4) // 2]
+    vision_hidden = model.tiny_vision_hidden_size
+    if vision_hidden % 32:
+        raise ValueError(f"model.tiny_vision_hidden_size ({vision_hidden}) must be a multiple of 32")
+    ids = tokenizer.convert_tokens_to_ids
+    text_config = dict(
+        vocab_size=padded_vocab_size(len(tokenizer)),
+        hidden_size=hidden,
+        intermediate_size=model.tiny_intermediate_size,
+        num_hidden_layers=model.tiny_num_layers,
+        num_attention_heads=model.tiny_num_attention_heads,
+        num_key_value_heads=model.tiny_num_key_value_heads,
+        max_position_embeddings=4096,
+        max_window_layers=model.tiny_num_layers,
+        rope_theta=10000.0,
+        rope_scaling={"type": "mrope", "mrope_section": mrope_section},
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=tie_word_embeddings,
+        bos_token_id=ids(ENDOFTEXT),
+        eos_token_id=ids(IM_END),
+        pad_token_id=ids(ENDOFTEXT),
+        initializer_range=0.02,
+        use_cache=True,
+    )
+    vision_config = dict(
+        depth=model.tiny_vision_depth,
+        hidden_size=vision_hidden,
+        intermediate_size=4 * vision_hidden,
+        num_heads=vision_hidden // 32,
+        in_channels=3,
+        patch_size=14,
+        spatial_merge_size=2,
+        temporal_patch_size=2,
+        window_size=112,
+        fullatt_block_indexes=[model.tiny_vision_depth - 1],
+        out_hidden_size=hidden,
+        tokens_per_second=2,
+        initializer_range=0.02,
+    )
+    return Qwen2_5_VLConfig(
+        text_config=text_config,
+        vision_config=vision_config,
+        image_token_id=ids(IMAGE_PAD),
+        video_token_id=ids(VIDEO_PAD),
+        vision_start_token_id=ids(VISION_START),
+        vision_end_token_id=ids(VISION_END),
+        tie_word_embeddings=tie_word_embeddings,
+        bos_token_id=ids(ENDOFTEXT),
+        eos_token_id=ids(IM_END),
+        pad_token_id=ids(ENDOFTEXT),
+        architectures=["Qwen2_5_VLForConditionalGeneration"],
+    )
+
+
+def build_tiny_processor(tokenizer, *, min_pixels: int | None = None, max_pixels: int | None = None):
+    """The Qwen2.5-VL processor: image processor (patch 14, merge 2) + the tiny tokenizer + chat template.
+
+    ``processor(text=..., images=...)`` expands each ``<|image_pad|>`` into one token per merged
+    2x2 patch group: 4 tokens for a 56x56 image (64x64 easy-vqa images are resized to 56x56).
+    Images only: see :func:`load_processor` about videos.
+
+    Args:
+        min_pixels / max_pixels: bounds on pixels per image; default ``DataConfig``'s defaults.
+    """
+    from transformers import Qwen2VLImageProcessor
+
+    defaults = DataConfig()
+    image_processor = Qwen2VLImageProcessor(
+        min_pixels=defaults.min_pixels if min_pixels is None else min_pixels,
+        max_pixels=defaults.max_pixels if max_pixels is None else max_pixels,
+        patch_size=14,
+        temporal_patch_size=2,
+        merge_size=2,
+    )
+    return _image_only_processor_class()(
+        image_processor=image_processor, tokenizer=tokenizer, video_processor=None, chat_template=CHAT_TEMPLATE
+    )
+
+
+def load_processor(path: str | os.PathLike):
+    """Load the Qwen2.5-VL processor of a model directory (tiny or real).
+
+    With torchvision installed (GPU clusters) this is ``AutoProcessor.from_pretrained(path)``.
+    Without it -- CPU machines: PyPI has only CUDA builds of torchvision, which do not load next to
+    the CPU build of torch -- transformers cannot build the Qwen2-VL *video* processor, so
+    ``AutoProcessor`` fails for every Qwen2.5-VL directory; then the processor is assembled from
+    the directory's tokenizer, image processor and chat template, without video support (passing
+    ``videos=`` raises ``ValueError``).
+    """
+    from transformers import AutoProcessor, AutoTokenizer, Qwen2VLImageProcessor
+    from transformers.utils import is_torchvision_available
+
+    if is_torchvision_available():
+        return AutoProcessor.from_pretrained(path)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    image_processor = Qwen2VLImageProcessor.from_pretrained(path)
+    return _image_only_processor_class()(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        video_processor=None,
+        chat_template=tokenizer.chat_template,
+    )
+
+
+@functools.cache
+def _image_only_processor_class() -> type:
+    """``Qwen2_5_VLProcessor`` that accepts ``video_processor=None`` (defined on first use, so that
+    importing this module does not import transformers)."""
+    from transformers.models.qwen2_5_vl import Qwen2_5_VLProcessor
+
+    class ImageOnlyQwen2_5_VLProcessor(Qwen2_5_VLProcessor):
+        """Qwen2.5-VL processor without a video processor (CPU machines without torchvision)."""
+
+        def check_argument_for_proper_class(self, argument_name, argument):
+            if argument_name == "video_processor" and argument is None:
+                return None
+            return super().check_argument_for_proper_class(argument_name, argument)
+
+        def __call__(self, images=None, text=None, videos=None, **kwargs):
+            if videos is not None:
+                raise ValueError(
+                    "this Qwen2.5-VL processor has no video processor (torchvision is not "
+                    "installed); pass images only"
+                )
+            return super().__call__(images=images, text=text, **kwargs)
+
+    return ImageOnlyQwen2_5_VLProcessor
+
+
+def _save_processor_files(processor, directory: Path) -> None:
+    """Tokenizer, image processor and chat template files, tagged with the Qwen2.5-VL processor class
+    so that ``AutoProcessor`` rebuilds the full processor where torchvision is installed."""
+    processor.tokenizer._set_processor_class("Qwen2_5_VLProcessor")
+    processor.image_processor._set_processor_class("Qwen2_5_VLProcessor")
+    processor.tokenizer.save_pretrained(directory)
+    processor.image_processor.save_pretrained(directory)
+    (directory / "chat_template.jinja").write_text(processor.chat_template)
+
+
+@dataclass(frozen=True)
+class TinyModelSettings:
+    """Everything that determines the contents of a tiny model directory (its cache key)."""
+
+    format_version: int
+    architecture: str
+    tiny_hidden_size: int
+    tiny_num_layers: int
+    tiny_num_attention_heads: int
+    tiny_num_key_value_heads: int
+    tiny_intermediate_size: int
+    tiny_vision_depth: int
+    tiny_vision_hidden_size: int
+    seed: int
+    tie_word_embeddings: bool
+    min_pixels: int
+    max_pixels: int
+    vocabulary: tuple[str, ...]
+
+    def key(self) -> str:
+        """A short hash of the settings."""
+        blob = json.dumps(asdict(self), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def tiny_model_settings(
+    model: ModelConfig,
+    extra_texts: Iterable[str] = (),
+    *,
+    architecture: str = "qwen2_5_vl",
+    tie_word_embeddings: bool = False,
+    min_pixels: int | None = None,
+    max_pixels: int | None = None,
+) -> TinyModelSettings:
+    """The cache key of :func:`build_tiny_hf_model_dir` (``architecture="qwen2_5_vl"``) and
+    :func:`build_tiny_text_model_dir` (``"qwen2"``) for these arguments."""
+    defaults = DataConfig()
+    return TinyModelSettings(
+        format_version=_FORMAT_VERSION,
+        architecture=architecture,
+        tiny_hidden_size=model.tiny_hidden_size,
+        tiny_num_layers=model.tiny_num_layers,
+        tiny_num_attention_heads=model.tiny_num_attention_heads,
+        tiny_num_key_value_heads=model.tiny_num_key_value_heads,
+        tiny_intermediate_size=model.tiny_intermediate_size,
+        tiny_vision_depth=model.tiny_vision_depth,
+        tiny_vision_hidden_size=model.tiny_vision_hidden_size,
+        seed=model.seed,
+        tie_word_embeddings=tie_word_embeddings,
+        min_pixels=defaults.min_pixels if min_pixels is None else min_pixels,
+        max_pixels=defaults.max_pixels if max_pixels is None else max_pixels,
+        vocabulary=tuple(build_vocabulary(extra_texts)),
+    )
+
+
+def build_tiny_hf_model_dir(
+    path: str | os.PathLike,
+    model: ModelConfig,
+    extra_texts: Sequence[str] = (),
+    *,
+    tie_word_embeddings: bool = False,
+    min_pixels: int | None = None,
+    max_pixels: int | None = None,
+) -> Path:
+    """Write (or reuse) the tiny Qwen2.5-VL model as a Hugging Face directory at ``path``.
+
+    Writes ``config.json``, ``generation_config.json``, ``model.safetensors`` (random init seeded by
+    ``model.seed``: the same settings give bit-identical weights; Hugging Face checkpoint names
+    ``model.layers.*``, ``visual.*``, ``lm_head.weight``), the tokenizer files, the processor files
+    (``preprocessor_config.json``, ``chat_template.jinja``) and a stamp file with the settings.
+    The directory is built next to ``path`` and renamed into place, so a crash never leaves a
+    half-written model. Loadable with ``Qwen2_5_VLForConditionalGeneration.from_pretrained(path)``,
+    ``AutoTokenizer.from_pretrained(path)`` and :func:`load_processor` (``AutoProcessor`` where
+    torchvision is installed).
+
+    Args:
+        path: the model directory. If it exists with the same settings it is reused as is.
+        model: the model section (``tiny_*`` fields and ``seed``).
+        extra_texts: texts whose words are added to the vocabulary (see :func:`build_tiny_tokenizer`).
+        tie_word_embeddings / min_pixels / max_pixels: see :func:`tiny_qwen25vl_config` and
+            :func:`build_tiny_processor`.
+
+    Returns:
+        ``Path(path)``.
+
+    Raises:
+        FileExistsError: ``path`` exists but holds something else (no stamp, or a tiny model built
+            with different settings); nothing is overwritten.
+    """
+    from transformers import Qwen2_5_VLForConditionalGeneration
+
+    settings = tiny_model_settings(
+        model, extra_texts, tie_word_embeddings=tie_word_embeddings, min_pixels=min_pixels, max_pixels=max_pixels
+    )
+
+    def make():
+        tokenizer = build_tiny_tokenizer(extra_texts)
+        config = tiny_qwen25vl_config(model, tokenizer, tie_word_embeddings=tie_word_embeddings)
+        processor = build_tiny_processor(tokenizer, min_pixels=settings.min_pixels, max_pixels=settings.max_pixels)
+        return Qwen2_5_VLForConditionalGeneration, config, tokenizer, processor
+
+    return _write_model_dir(Path(path), settings, model.seed, make)
+
+
+def build_tiny_text_model_dir(
+    path: str | os.PathLike,
+    model: ModelConfig,
+    extra_texts: Sequence[str] = (),
+    *,
+    tie_word_embeddings: bool = False,
+) -> Path:
+    """Write (or reuse) a tiny text-only Qwen2 model with the same tokenizer and language-model sizes.
+
+    The language model of :func:`tiny_qwen25vl_config` with plain 1-D RoPE and no vision tower, as
+    a ``Qwen2ForCausalLM`` directory (same caching and errors as :func:`build_tiny_hf_model_dir`).
+    Used where Qwen2.5-VL cannot run: vLLM on CPU has no Qwen2.5-VL model code without torchvision,
+    and engine benchmarks compare engines on text prompts.
+    """
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    settings = tiny_model_settings(model, extra_texts, architecture="qwen2", tie_word_embeddings=tie_word_embeddings)
+
+    def make():
+        tokenizer = build_tiny_tokenizer(extra_texts)
+        text = tiny_qwen25vl_config(model, tokenizer, tie_word_embeddings=tie_word_embeddings).text_config.to_dict()
+        keep = (
+            "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+            "num_key_value_heads", "max_position_embeddings", "rope_theta", "rms_norm_eps", "tie_word_embeddings",
+            "bos_token_id", "eos_token_id", "pad_token_id", "initializer_range",
+        )
+        config = Qwen2Config(**{k: text[k] for k in keep}, architectures=["Qwen2ForCausalLM"])
+        return Qwen2ForCausalLM, config, tokenizer, None
+
+    return _write_model_dir(Path(path), settings, model.seed, make)
+
+
+def _write_model_dir(path: Path, settings: TinyModelSettings, seed: int, make) -> Path:
+    from transformers import GenerationConfig
+
+    stamp = path / _STAMP_FILE
+    if path.exists():
+        if stamp.is_file():
+            found = json.loads(stamp.read_text()).get("key")
+            if found == settings.key():
+                return path
+            raise FileExistsError(
+                f"{path} holds a tiny model built with other settings (key {found}, wanted "
+                f"{settings.key()}); remove the directory or choose another path"
+            )
+        raise FileExistsError(f"{path} exists and is not a tiny model directory (no {_STAMP_FILE}); choose another path")
+
+    model_class, config, tokenizer, processor = make()
+    generator_state = torch.random.get_rng_state()
+    try:
+        torch.manual_seed(seed)
+        hf_model = model_class(config)
+    finally:
+        torch.random.set_rng_state(generator_state)
+    hf_model.generation_config = GenerationConfig(
+        bos_token_id=config.bos_token_id,
+        eos_token_id=[tokenizer.convert_tokens_to_ids(IM_END), tokenizer.convert_tokens_to_ids(ENDOFTEXT)],
+        pad_token_id=config.pad_token_id,
+    )
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        hf_model.save_pretrained(tmp, safe_serialization=True)
+        if processor is not None:
+            _save_processor_files(processor, tmp)
+        else:
+            tokenizer.save_pretrained(tmp)
+        (tmp / _STAMP_FILE).write_text(
+            json.dumps({"key": settings.key(), "settings": asdict(settings)}, indent=1) + "\n"
+        )
+        try:
+            os.rename(tmp, path)
+        except OSError:
+            if stamp.is_file() and json.loads(stamp.read_text()).get("key") == settings.key():
+                return path  # another process built the same model concurrently
+            raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return path

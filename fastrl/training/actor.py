@@ -1,0 +1,242 @@
+"""The actor: PPO-family policy updates of a megatron-core policy, plus its log-probs.
+
+One :meth:`Actor.update` is one optimizer step on one mini-batch (this DP rank's share of it):
+
+1. The loss denominator (response tokens, or responses, of the whole mini-batch) is summed over
+   the data-parallel group once (one all-reduce of one float64).
+2. megatron-core's schedule (1F1B with pipeline parallelism) runs forward and backward over the
+   micro-batches; each micro-batch's loss is ``sum(its token losses) / global denominator``
+   (:mod:`fastrl.algorithms.losses`), so the losses of all micro-batches of all DP ranks add up to the
+   mini-batch loss, whatever the layout. megatron averages micro-batch losses over micro-batches and
+   gradients over DP ranks; the loss handed to it is scaled by ``micro-batches x DP size`` to undo both.
+3. Gradients are reduced over DP (all-reduce, or reduce-scatter with the DistributedOptimizer),
+   clipped to the global norm, and megatron's Adam steps; the LR schedule advances one step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from fastrl.algorithms.losses import gspo_loss, kl_loss, loss_denominator, ppo_clip_loss
+from fastrl.config import AlgorithmConfig, OptimizerConfig, ParallelConfig, PrecisionConfig
+from fastrl.distributed import collectives
+from fastrl.models.provider import MegatronPolicy
+from fastrl.training import logprobs as logprob_ops
+from fastrl.training.policy_batch import PolicyBatch
+
+#: Tensors an update needs in ``PolicyBatch.tensors``.
+REQUIRED_TENSORS = ("advantages", "old_log_probs")
+
+
+def build_optimizer(policy: MegatronPolicy, optimizer: OptimizerConfig, parallel: ParallelConfig, precision: PrecisionConfig) -> Any:
+    """megatron-core Adam (DistributedOptimizer when configured), fp32 master weights and state for bf16."""
+    from megatron.core.optimizer import OptimizerConfig as MegatronOptimizerConfig
+    from megatron.core.optimizer import get_megatron_optimizer
+
+    bf16 = precision.mode != "fp32"
+    config = MegatronOptimizerConfig(
+        optimizer="adam",
+        lr=optimizer.lr,
+        min_lr=optimizer.min_lr,
+        weight_decay=optimizer.weight_decay,
+        adam_beta1=optimizer.adam_beta1,
+        adam_beta2=optimizer.adam_beta2,
+        adam_eps=optimizer.adam_eps,
+        clip_grad=optimizer.clip_grad,
+        bf16=bf16,
+        params_dtype=torch.bfloat16 if bf16 else torch.float32,
+        use_distributed_optimizer=parallel.use_distributed_optimizer,
+    )
+    return get_megatron_optimizer(config, policy.chunks)
+
+
+def build_lr_scheduler(megatron_optimizer: Any, optimizer: OptimizerConfig, total_steps: int) -> Any:
+    """megatron-core's OptimizerParamScheduler: linear warm-up, then constant / linear / cosine decay."""
+    from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+
+    warmup = min(optimizer.lr_warmup_steps, max(total_steps - 1, 0))
+    return OptimizerParamScheduler(
+        megatron_optimizer,
+        init_lr=0.0 if warmup > 0 else optimizer.lr,
+        max_lr=optimizer.lr,
+        min_lr=optimizer.min_lr,
+        lr_warmup_steps=warmup,
+        lr_decay_steps=max(total_steps, warmup + 1),
+        lr_decay_style=optimizer.lr_decay_style,
+        start_wd=optimizer.weight_decay,
+        end_wd=optimizer.weight_decay,
+        wd_incr_steps=max(total_steps, 1),
+        wd_incr_style="constant",
+    )
+
+
+class Actor:
+    """Trainable policy: log-probs, the loss of one mini-batch, and optimizer steps.
+
+    Args:
+        policy: built with ``trainable=True`` (megatron DDP).
+        algorithm: loss type, clipping, KL and aggregation settings.
+        optimizer / parallel / precision: optimizer, micro-batch size and dtype settings.
+        total_steps: optimizer steps of the run (length of the LR schedule).
+        temperature: sampling temperature of the rollouts (log-probs use the same).
+    """
+
+    def __init__(
+        self,
+        policy: MegatronPolicy,
+        *,
+        algorithm: AlgorithmConfig,
+        optimizer: OptimizerConfig,
+        parallel: ParallelConfig,
+        precision: PrecisionConfig,
+        total_steps: int,
+        temperature: float = 1.0,
+    ) -> None:
+        from megatron.core.distributed import finalize_model_grads
+
+        if not policy.trainable:
+            raise ValueError("Actor needs a policy built with trainable=True")
+        self.policy = policy
+        self.algorithm = algorithm
+        self.micro_batch_size = parallel.micro_batch_size
+        self.temperature = temperature
+        self.optimizer = build_optimizer(policy, optimizer, parallel, precision)
+        self.scheduler = build_lr_scheduler(self.optimizer, optimizer, total_steps)
+        config = policy.chunks[0].config
+        config.finalize_model_grads_func = finalize_model_grads
+        config.grad_scale_func = self.optimizer.scale_loss
+        config.no_sync_func = [chunk.no_sync for chunk in policy.chunks]
+        if len(policy.chunks) == 1:
+            config.no_sync_func = config.no_sync_func[0]
+
+    # ---- log-probs --------------------------------------------------------------------------
+
+    def log_probs(self, batch: PolicyBatch) -> torch.Tensor:
+        """float32 [N, T] log-probs of ``batch`` under the current policy (see ``compute_log_probs``)."""
+        return logprob_ops.compute_log_probs(
+            self.policy.chunks, batch, micro_batch_size=self.micro_batch_size, temperature=self.temperature
+        )
+
+    # ---- loss -------------------------------------------------------------------------------
+
+    @property
+    def agg_mode(self) -> str:
+        return self.algorithm.loss_agg.replace("_", "-")
+
+    def micro_batch_loss(self, mb: PolicyBatch, log_probs: torch.Tensor, global_denominator: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """This micro-batch's share of the mini-batch loss and its metrics (pure given log-probs).
+
+        Policy loss (PPO clip / GSPO / GSPO-token, :mod:`fastrl.algorithms.losses`) plus
+        ``kl_coef x`` KL to the reference policy when ``use_kl_loss``; truncated importance weights
+        when the batch carries ``engine_log_probs`` and ``tis_cap`` is set.
+        """
+        alg = self.algorithm
+        t = mb.tensors
+        missing = [k for k in REQUIRED_TENSORS if k not in t]
+        if alg.use_kl_loss and alg.kl_coef > 0:
+            missing += [] if "ref_log_probs" in t else ["ref_log_probs"]
+        if missing:
+            raise KeyError(f"the batch lacks {missing}; the actor update needs {list(REQUIRED_TENSORS)} (+ ref_log_probs with KL loss)")
+        mask = mb.response_mask
+        weights = None
+        if alg.tis_cap is not None and "engine_log_probs" in t:
+            from fastrl.algorithms.importance_sampling import truncated_importance_weights
+
+            weights, _ = truncated_importance_weights(
+                t["old_log_probs"], t["engine_log_probs"], mask, level=alg.tis_level, cap=alg.tis_cap
+            )
+        if alg.loss_type == "ppo":
+            loss, metrics = ppo_clip_loss(
+                log_probs, t["old_log_probs"], t["advantages"], mask,
+                global_denominator=global_denominator, clip_low=alg.clip_low, clip_high=alg.clip_high,
+                dual_clip=alg.dual_clip_c, agg_mode=self.agg_mode, importance_weights=weights,
+            )  # fmt: skip
+        else:
+            loss, metrics = gspo_loss(
+                log_probs, t["old_log_probs"], t["advantages"], mask,
+                global_denominator=global_denominator, clip_low=alg.gspo_clip_low, clip_high=alg.gspo_clip_high,
+                variant="token" if alg.loss_type == "gspo_token" else "sequence", agg_mode=self.agg_mode,
+                importance_weights=weights,
+            )  # fmt: skip
+        metrics = {f"actor/{k}": v for k, v in metrics.items()}
+        metrics["actor/pg_loss"] = loss.detach()
+        if alg.use_kl_loss and alg.kl_coef > 0:
+            kl, kl_metrics = kl_loss(
+                log_probs, t["ref_log_probs"], mask, global_denominator=global_denominator,
+                estimator=alg.kl_estimator, agg_mode=self.agg_mode,
+            )  # fmt: skip
+            loss = loss + alg.kl_coef * kl
+            metrics["actor/kl_loss"] = kl.detach()
+            metrics.update({f"actor/{k}": v for k, v in kl_metrics.items()})
+        metrics["actor/loss"] = loss.detach()
+        return loss, metrics
+
+    def forward_backward(self, batch: PolicyBatch) -> dict[str, float]:
+        """Gradients of the mini-batch loss, reduced over DP, in the DDP grad buffers (no step).
+
+        Returns:
+            ``actor/loss`` (the global mini-batch loss, identical on every rank of the last pipeline
+            stage after the DP all-reduce; also broadcast to earlier stages), ``actor/pg_loss``,
+            ``actor/kl_loss`` and the token-weighted means of the loss metrics over micro-batches.
+        """
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+
+        chunks = self.policy.chunks
+        for chunk in chunks:
+            chunk.train()
+            chunk.zero_grad_buffer()
+        self.optimizer.zero_grad()
+        micro_batches = list(batch.micro_batches(self.micro_batch_size))
+        local = loss_denominator(batch.response_mask, self.agg_mode)
+        global_den = collectives.all_reduce_sum_dp(local)  # the one DP reduction before the loss
+        if float(global_den) <= 0:
+            raise ValueError("the mini-batch has no response tokens on any DP rank")
+        scale = len(micro_batches) * collectives.dp_size()
+
+        def loss_fn(mb: PolicyBatch, logits: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+            lp = logprob_ops.token_log_probs_from_logits(logits, mb.input_ids, self.temperature)
+            loss, metrics = self.micro_batch_loss(mb, lp, global_den.to(lp.dtype))
+            return loss * scale, metrics
+
+        outputs = get_forward_backward_func()(
+            forward_step_func=logprob_ops.forward_step_fn(micro_batches, loss_fn),
+            data_iterator=None,
+            model=chunks,
+            num_microbatches=len(micro_batches),
+            seq_length=batch.seq_length,
+            micro_batch_size=self.micro_batch_size,
+            forward_only=False,
+        )
+        return self._reduce_metrics(outputs)
+
+    def _reduce_metrics(self, outputs: list[dict[str, torch.Tensor]]) -> dict[str, float]:
+        sums = {"actor/loss", "actor/pg_loss", "actor/kl_loss"}  # shares of the mini-batch loss: add up
+        local = None
+        if outputs:  # the last pipeline stage
+            local = {
+                k: float(torch.stack([o[k].double() for o in outputs]).sum() if k in sums else torch.stack([o[k].double() for o in outputs]).mean())
+                for k in sorted(outputs[0])
+            }
+        local = collectives.broadcast_object_from_last_pipeline_stage(local)
+        keys = sorted(local)
+        values = collectives.all_reduce_sum_dp(torch.tensor([local[k] for k in keys], dtype=torch.float64))
+        dp = collectives.dp_size()
+        return {k: float(v) if k in sums else float(v) / dp for k, v in zip(keys, values)}
+
+    def step(self) -> dict[str, float]:
+        """Clip the gradient norm, take the optimizer step and advance the LR schedule."""
+        ok, grad_norm, _ = self.optimizer.step()
+        self.scheduler.step(increment=1)
+        return {
+            "actor/grad_norm": float(grad_norm) if grad_norm is not None else float("nan"),
+            "actor/lr": float(self.optimizer.param_groups[0]["lr"]),
+            "actor/update_skipped": float(not ok),
+        }
+
+    def update(self, batch: PolicyBatch) -> dict[str, float]:
+        """One optimizer step on this DP rank's share of a mini-batch; global metrics."""
+        metrics = self.forward_backward(batch)
+        metrics.update(self.step())
+        return metrics

@@ -1,0 +1,79 @@
+"""Run a function on several CPU processes joined by a gloo process group (torch.distributed).
+
+``run_distributed(fn, world_size, *args)`` spawns ``world_size`` processes, sets the launcher
+environment (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``, ``LOCAL_RANK``), calls
+``fn(*args, **kwargs)`` in each and returns the per-rank results (picklable) in rank order. An exception in
+any rank is re-raised in the caller with that rank's traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import socket
+import traceback
+from typing import Any, Callable
+
+import torch.multiprocessing as mp
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _child(rank: int, world_size: int, port: int, fn: Callable, args: tuple, kwargs: dict, results: Any) -> None:
+    os.environ.update(
+        RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1",
+    )  # fmt: skip
+    import warnings
+
+    import torch
+
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(1)
+    try:
+        results.put((rank, True, fn(*args, **kwargs)))
+    except BaseException:  # noqa: BLE001 - reported to the parent
+        results.put((rank, False, traceback.format_exc()))
+    finally:
+        from fastrl.distributed import parallel_state
+
+        parallel_state.destroy()
+
+
+def run_distributed(fn: Callable, world_size: int, *args: Any, timeout_s: float = 240.0, **kwargs: Any) -> list[Any]:
+    """``[fn(*args, **kwargs) on rank 0, ..., on rank world_size - 1]``.
+
+    Raises:
+        RuntimeError: a rank raised (its traceback is in the message) or did not finish in time.
+    """
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_child, args=(r, world_size, port, fn, args, kwargs, results)) for r in range(world_size)]
+    for p in procs:
+        p.start()
+    out: dict[int, Any] = {}
+    errors: list[str] = []
+    try:
+        for _ in range(world_size):
+            rank, ok, value = results.get(timeout=timeout_s)
+            if ok:
+                out[rank] = value
+            else:
+                errors.append(f"rank {rank}:\n{value}")
+                break
+    except queue.Empty:
+        errors.append(f"ranks {sorted(set(range(world_size)) - set(out))} did not finish within {timeout_s} s")
+    finally:
+        for p in procs:
+            p.join(timeout=5 if errors else 60)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    if errors:
+        raise RuntimeError("distributed test failed on " + "\n".join(errors))
+    return [out[r] for r in range(world_size)]

@@ -1,0 +1,60 @@
+"""Session fixture: a real local Slurm cluster (munged, slurmctld, slurmd) stopped by pid at the end."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from slurm_cluster import LocalSlurmCluster
+
+REPO = Path(__file__).resolve().parents[2]
+TERMINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
+
+
+class SlurmSession:
+    """Client side of the test cluster: commands run with its SLURM_CONF and the project's Python."""
+
+    def __init__(self, cluster: LocalSlurmCluster) -> None:
+        self.cluster = cluster
+        env = cluster.env
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+        env["OMP_NUM_THREADS"] = "1"
+        for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID"):
+            env.pop(key, None)
+        self.env = env
+
+    def run(self, cmd: list[str], *, timeout: float = 120, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            cmd, env={**self.env, **(env or {})}, capture_output=True, text=True, timeout=timeout, cwd=cwd or REPO
+        )
+
+    def job(self, job_id: str) -> dict[str, str]:
+        """``scontrol show job`` fields of ``job_id`` (JobState, ExitCode, Dependency, Reason...)."""
+        out = self.run(["scontrol", "show", "job", "-o", job_id])
+        assert out.returncode == 0, out.stderr
+        return dict(re.findall(r"(\w+)=(\S*)", out.stdout))
+
+    def wait_job(self, job_id: str, timeout: float = 90) -> dict[str, str]:
+        """Poll until ``job_id`` reaches a terminal state; returns its fields."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            info = self.job(job_id)
+            if info.get("JobState") in TERMINAL_STATES:
+                return info
+            time.sleep(0.2)
+        raise AssertionError(f"job {job_id} not finished after {timeout} s: {self.job(job_id)}\n{self.cluster.log_text()}")
+
+
+@pytest.fixture(scope="session")
+def slurm(request) -> SlurmSession:
+    cluster = LocalSlurmCluster()
+    cluster.start()
+    request.addfinalizer(cluster.stop)
+    return SlurmSession(cluster)

@@ -1,0 +1,48 @@
+"""The embedded easy-vqa data: converted on first use, cached, real counts and question types."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from fastrl.data import VAL_ID_OFFSET, load_records, load_train_val
+from fastrl.data.easy_vqa import CACHE_VERSION, prepare_easy_vqa, question_type
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("fastrl-cache")
+
+
+def test_conversion_is_cached(cache_dir):
+    paths = prepare_easy_vqa(cache_dir)
+    assert (cache_dir / "easy_vqa" / "VERSION").read_text().strip() == CACHE_VERSION
+    mtimes = {split: p.stat().st_mtime_ns for split, p in paths.items()}
+    assert prepare_easy_vqa(cache_dir) == paths
+    assert {split: p.stat().st_mtime_ns for split, p in paths.items()} == mtimes  # not converted again
+
+
+def test_splits_counts_ids_and_types(cache_dir):
+    train, val = load_train_val("easy_vqa", cache_dir=cache_dir)
+    # The package README: 38,575 train / 9,673 test questions; 28,407 / 7,136 of them yes/no.
+    assert (len(train), len(val)) == (38575, 9673)
+    assert [r.question_id for r in train.records[:3]] == [0, 1, 2]
+    assert val.records[0].question_id == VAL_ID_OFFSET
+    types = Counter(r.metadata["question_type"] for r in train.records)
+    assert types["yes/no"] == 28407
+    assert Counter(r.metadata["question_type"] for r in val.records)["yes/no"] == 7136
+    assert len({r.answer for r in train.records}) == 13
+    first = train.records[0]
+    assert (first.problem, first.answer, first.metadata) == (
+        "what is the blue shape?", "rectangle", {"question_type": "shape", "image_id": "0"},
+    )
+    image = first.pil_images()[0]
+    assert image.size == (64, 64) and image.mode == "RGB"
+    # Questions about the same image share one bytes object.
+    assert train.records[1].images[0] is first.images[0]
+
+
+def test_limit_and_question_type(cache_dir):
+    assert len(load_records("easy_vqa", split="val", cache_dir=cache_dir, limit=2000)) == 2000
+    assert [question_type(a) for a in ("yes", "no", "circle", "teal")] == ["yes/no", "yes/no", "shape", "color"]
