@@ -338,7 +338,9 @@ class PruningConfig:
         "exact: DP ranks exchange response token ids; minhash: a MinHash signature per rollout "
         "(approximate, a few hundred bytes per rollout).",
     )
-    minhash_num_perm: int = doc(128, "MinHash signature length (permutations).")
+    minhash_num_perm: int = doc(
+        128, "MinHash sketch size (bins, a power of two in [16, 4096]); 2 bytes per bin per rollout."
+    )
     keep_ratio: float = doc(0.5, "cppo / random: fraction of each group kept.")
     allow_padding: bool = doc(
         False,
@@ -350,7 +352,10 @@ class PruningConfig:
         _check(0 <= self.similarity_threshold <= 1, "pruning.similarity_threshold must be in [0, 1]")
         _check(self.ngram >= 1, f"pruning.ngram must be >= 1, got {self.ngram}")
         _check(0 < self.keep_ratio <= 1, f"pruning.keep_ratio must be in (0, 1], got {self.keep_ratio}")
-        _check(self.minhash_num_perm >= 16, "pruning.minhash_num_perm must be >= 16")
+        _check(
+            16 <= self.minhash_num_perm <= 4096 and self.minhash_num_perm & (self.minhash_num_perm - 1) == 0,
+            f"pruning.minhash_num_perm must be a power of two in [16, 4096], got {self.minhash_num_perm}",
+        )
 
 
 @dataclass(kw_only=True, frozen=True)

@@ -34,6 +34,7 @@ while [ $# -gt 0 ]; do
     --dry-run) dry_run=1; shift ;;
     -h|--help) usage; exit 0 ;;
     --) shift; sbatch_opts=("$@"); break ;;
+    -*) die "unknown option '$1' (sbatch options go after --); see --help" ;;
     *=*) overrides+=("$1"); shift ;;
     *) die "unknown argument '$1' (overrides are key=value; sbatch options go after --); see --help" ;;
   esac
@@ -57,7 +58,7 @@ if [ -f "${run_dir}/FINISHED" ]; then
   exit 0
 fi
 if [ "${dry_run}" = 0 ]; then
-  queued=$(squeue -h -u "$(id -un)" -o "%i %k" | awk -v c="${comment}" '$2 == c {print $1}' | paste -sd, -)
+  queued=$(squeue -h -u "$(id -un)" -o "%i %k" | awk -v c="${comment}" '$2 == c {print $1}' | sort -n | paste -sd, -)
   if [ -n "${queued}" ]; then
     echo "fastrl submit: run ${run_dir} already has jobs in the queue (${queued}); nothing submitted (scancel them to resubmit)"
     exit 0
@@ -75,7 +76,7 @@ for ((k = 1; k <= stages; k++)); do
   [ -n "${previous}" ] && cmd+=(--dependency="afterok:${previous}")
   cmd+=("${sbatch_opts[@]}" "${sbatch_file}" "${overrides[@]}")
   if [ "${dry_run}" = 1 ]; then
-    echo "FASTRL_STAGE=${k} ${cmd[*]}"
+    echo "FASTRL_RECIPE=${recipe} FASTRL_RUN_DIR=${run_dir} FASTRL_LAUNCH=${launch} FASTRL_STAGE_STEPS=${stage_steps} FASTRL_STAGE_SECONDS=${stage_seconds} FASTRL_STAGE=${k} ${cmd[*]}"
     previous="<stage${k}>"
     continue
   fi

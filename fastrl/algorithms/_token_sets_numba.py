@@ -37,14 +37,14 @@ def _expand(hist, sizes, out, g, n):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def direct_kernel(items, item_off, row_off, n_max, table_size):  # pragma: no cover - compiled
+def direct_kernel(items, item_off, row_off, n_max, stamp, mask):  # pragma: no cover - compiled
+    """``stamp``: int64 [table_size] filled with -1; ``mask``: uint64 [table_size, ceil(n_max / 64)]
+    (any content). Allocated by the caller: numpy fills them much faster than compiled code."""
     num_groups = row_off.shape[0] - 1
-    words = (n_max + 63) // 64
+    words = mask.shape[1]
     out = np.zeros((num_groups, n_max, n_max), dtype=np.int64)
     hist = np.zeros((n_max, (n_max + 7) // 8, 256), dtype=np.int64)
     sizes = np.zeros(n_max, dtype=np.int64)
-    stamp = np.full(table_size, -1, dtype=np.int64)
-    mask = np.zeros((table_size, words), dtype=np.uint64)
     one = np.uint64(1)
     for g in range(num_groups):
         r0 = row_off[g]
@@ -85,23 +85,14 @@ def direct_kernel(items, item_off, row_off, n_max, table_size):  # pragma: no co
 
 
 @njit(cache=True, nogil=True)
-def hashed_kernel(items, item_off, row_off, n_max):  # pragma: no cover - compiled
+def hashed_kernel(items, item_off, row_off, n_max, keys, stamp, mask):  # pragma: no cover - compiled
+    """``keys``: int64 [cap]; ``stamp``: int64 [cap] filled with -1; ``mask``: uint64
+    [cap, ceil(n_max / 64)]; ``cap`` a power of two >= 2x the items of the largest group."""
     num_groups = row_off.shape[0] - 1
-    words = (n_max + 63) // 64
+    words = mask.shape[1]
     out = np.zeros((num_groups, n_max, n_max), dtype=np.int64)
     hist = np.zeros((n_max, (n_max + 7) // 8, 256), dtype=np.int64)
     sizes = np.zeros(n_max, dtype=np.int64)
-    max_items = 0
-    for g in range(num_groups):
-        count = item_off[row_off[g + 1]] - item_off[row_off[g]]
-        if count > max_items:
-            max_items = count
-    cap = 16
-    while cap < 2 * max_items:
-        cap *= 2
-    keys = np.zeros(cap, dtype=np.int64)
-    stamp = np.full(cap, -1, dtype=np.int64)
-    mask = np.zeros((cap, words), dtype=np.uint64)
     one = np.uint64(1)
     for g in range(num_groups):
         r0 = row_off[g]

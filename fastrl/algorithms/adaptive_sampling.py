@@ -147,7 +147,8 @@ class AdaptiveRolloutSampler:
             "n": float(self._n),
         }
         logger.info(
-            "adaptive rollout sampling, boundary %d: alpha=%.4f f1_mean=%.4f f2_mean=%.4f f3=%.4f g1=%.4f -> n %d -> %d",
+            "adaptive rollout sampling, boundary %d: alpha=%.4f f1_mean=%.4f f2_mean=%.4f f3=%.4f g1=%.4f "
+            "-> n %d -> %d",
             self._num_boundaries,
             alpha,
             f1_mean,

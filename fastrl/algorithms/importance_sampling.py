@@ -81,12 +81,14 @@ def truncated_importance_weights(
             frac_capped = capped_seq.to(torch.float64).sum() / has_tokens.to(torch.float64).sum().clamp(min=1.0)
         w = w * m
         absdiff = diff.abs()
+        any_token = bool((m > 0).any())
+        zero = torch.zeros((), dtype=torch.float64)
         metrics = {
             "is/mean_abs_logp_diff": absdiff.sum() / n_tok,
-            "is/max_abs_logp_diff": absdiff.max() if absdiff.numel() else torch.zeros((), dtype=torch.float64),
+            "is/max_abs_logp_diff": absdiff.max() if any_token else zero,
             "is/frac_capped": frac_capped,
             "is/weight_mean": w.sum() / n_tok,
-            "is/weight_max": (torch.where(m > 0, w, -math.inf).max() if w.numel() else torch.zeros(())),
+            "is/weight_max": w[m > 0].max() if any_token else zero,
         }
         metrics = {k: v.to(torch.float32) for k, v in metrics.items()}
         return w.to(trainer_log_probs.dtype), metrics

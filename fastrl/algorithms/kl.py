@@ -26,7 +26,8 @@ KLEstimator = Literal["k1", "k2", "low_var_kl"]
 def _check(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> None:
     if log_probs.shape != ref_log_probs.shape:
         raise ValueError(
-            f"`log_probs` shape {tuple(log_probs.shape)} differs from `ref_log_probs` shape {tuple(ref_log_probs.shape)}"
+            f"`log_probs` shape {tuple(log_probs.shape)} differs from `ref_log_probs` shape "
+            f"{tuple(ref_log_probs.shape)}"
         )
 
 

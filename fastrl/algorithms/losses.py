@@ -108,7 +108,8 @@ def aggregate_loss(
     _check_agg_mode(agg_mode)
     if loss_mat.dim() != 2 or loss_mat.shape != response_mask.shape:
         raise ValueError(
-            f"`loss_mat` {tuple(loss_mat.shape)} and `response_mask` {tuple(response_mask.shape)} must share one shape [N, T]"
+            f"`loss_mat` {tuple(loss_mat.shape)} and `response_mask` {tuple(response_mask.shape)} must share "
+            "one shape [N, T]"
         )
     denom = _check_denominator(global_denominator)
     m = response_mask.to(loss_mat.dtype)

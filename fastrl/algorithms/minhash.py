@@ -36,9 +36,10 @@ _U64_MAX = np.uint64(0xFFFFFFFFFFFFFFFF)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
-def _mix64(z: np.ndarray) -> np.ndarray:
+def _mix64(z: np.ndarray, *, inplace: bool = False) -> np.ndarray:
     """splitmix64 finalizer on a uint64 array (wrapping arithmetic)."""
-    z = z.copy()
+    if not inplace:
+        z = z.copy()
     z ^= z >> np.uint64(30)
     z *= np.uint64(0xBF58476D1CE4E5B9)
     z ^= z >> np.uint64(27)
@@ -65,7 +66,9 @@ class ResponseSketch:
 
     def __post_init__(self):
         if self.signatures.dtype != np.uint16 or self.signatures.ndim != 2:
-            raise ValueError(f"signatures must be uint16 [N, num_bins], got {self.signatures.dtype} {self.signatures.shape}")
+            raise ValueError(
+                f"signatures must be uint16 [N, num_bins], got {self.signatures.dtype} {self.signatures.shape}"
+            )
         if self.lengths.shape != (self.signatures.shape[0],):
             raise ValueError(f"lengths must have shape [{self.signatures.shape[0]}], got {self.lengths.shape}")
 
@@ -119,7 +122,7 @@ class ResponseSketch:
 
 def _ngram_hash_items(flat: np.ndarray, lengths: np.ndarray, ngram: int) -> tuple[np.ndarray, np.ndarray]:
     """Per-row n-gram items as uint64 hashes; depend on the row's tokens only (no batch-wide renumbering)."""
-    tok = flat.astype(np.uint64)
+    tok = flat.view(np.uint64)  # same bits as the int64 ids
     if ngram == 1:
         return tok, lengths
     counts = np.maximum(lengths - ngram + 1, 0)
@@ -164,12 +167,12 @@ def minhash_sketch(
     items, counts = _ngram_hash_items(flat, lengths, ngram)
     shift = np.uint64(64 - (num_bins.bit_length() - 1))
     seed_key = _mix64(np.array([seed], dtype=np.uint64) + _GOLDEN)[0]
-    hv = _mix64(items ^ seed_key)
-    rows = np.repeat(np.arange(n, dtype=np.int64), counts)
-    key = rows * num_bins + (hv >> shift).astype(np.int64)
-    value = hv & ((np.uint64(1) << shift) - np.uint64(1))
+    hv = _mix64(items ^ seed_key, inplace=True)
+    key = (hv >> shift).view(np.int64)  # bin
+    key += np.repeat(np.arange(n, dtype=np.int64) * num_bins, counts)
+    hv &= (np.uint64(1) << shift) - np.uint64(1)  # value within the bin
     full = np.full(n * num_bins, _U64_MAX, dtype=np.uint64)
-    np.minimum.at(full, key, value)
+    np.minimum.at(full, key, hv)
     full = full.reshape(n, num_bins)
 
     nonempty = full != _U64_MAX

@@ -85,6 +85,31 @@ class PruneResult:
     total_tokens: int | None
     time_s: float = field(compare=False)
 
+    def __eq__(self, other: object) -> bool:
+        """Same selection and statistics (the timing is ignored)."""
+        if not isinstance(other, PruneResult):
+            return NotImplemented
+        return (
+            torch.equal(self.keep, other.keep)
+            and torch.equal(self.phase1_keep, other.phase1_keep)
+            and all(
+                getattr(self, f) == getattr(other, f)
+                for f in (
+                    "kept_per_group",
+                    "f1",
+                    "f2",
+                    "num_buckets",
+                    "num_refilled",
+                    "num_padding",
+                    "zero_advantage_kept",
+                    "kept_tokens",
+                    "total_tokens",
+                )
+            )
+        )
+
+    __hash__ = None  # holds tensors
+
     @property
     def num_rollouts(self) -> int:
         return int(self.keep.shape[0])
@@ -192,7 +217,10 @@ def _prepare_batch(advantages: Any, group_ids: Any) -> _Batch:
     adv = _to_numpy(advantages)
     gid = _to_numpy(group_ids)
     if adv.ndim != 1:
-        raise ValueError(f"`advantages` must be one scalar per rollout, shape [N]; got {adv.shape}")
+        raise ValueError(
+            f"`advantages` must be one scalar per rollout, shape [N]; got {adv.shape} (for per-token "
+            "advantages pass fastrl.algorithms.advantages.token_to_sequence_advantages(adv, response_mask))"
+        )
     if gid.ndim != 1:
         raise ValueError(f"`group_ids` must have shape [N], got {gid.shape}")
     if adv.shape[0] == 0:
@@ -492,6 +520,12 @@ def mdap_select(
     multiple = _check_multiple(multiple, b.n, allow_padding)
     if isinstance(responses, ResponseSketch):
         sim, lengths = _sketch_similarity(b, responses, ngram)
+    elif isinstance(responses, (torch.Tensor, np.ndarray)) and responses.ndim != 1:
+        raise ValueError(
+            f"`responses` is a {responses.ndim}-D array of shape {tuple(responses.shape)}; pass a list of "
+            "unpadded 1-D token-id tensors (e.g. [r[:n] for r, n in zip(responses, lengths)]): padding "
+            "tokens would otherwise count as response tokens"
+        )
     else:
         if len(responses) != b.n:
             raise ValueError(f"`responses` has {len(responses)} rows but `advantages` has {b.n}; they must match")

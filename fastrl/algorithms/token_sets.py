@@ -107,7 +107,7 @@ def ngram_items(flat: np.ndarray, lengths: np.ndarray, ngram: int) -> tuple[np.n
     starts = np.nonzero(np.arange(flat.shape[0]) + ngram <= row_end)[0]
     tokens, _ = dense_item_ids(flat) if flat.min() < 0 else (flat, None)
     base = int(tokens.max()) + 1
-    if base ** ngram < (1 << 63):
+    if base**ngram < (1 << 63):
         items = np.zeros(starts.shape[0], dtype=np.int64)
         for j in range(ngram):
             items = items * base + tokens[starts + j]
@@ -196,9 +196,21 @@ def group_intersections(
             item_off = _segment_offsets(item_counts)
             row_off = _segment_offsets(group_sizes)
             lo, hi = int(items.min()), int(items.max())
+            words = -(-n_max // 64)
             if lo >= 0 and hi < _DIRECT_TABLE_LIMIT:
-                return kernels[0](items, item_off, row_off, n_max, hi + 1)
-            return kernels[1](items, item_off, row_off, n_max)
+                stamp = np.full(hi + 1, -1, dtype=np.int64)
+                return kernels[0](items, item_off, row_off, n_max, stamp, np.empty((hi + 1, words), dtype=np.uint64))
+            largest_group = int(np.max(item_off[row_off[1:]] - item_off[row_off[:-1]]))
+            cap = 1 << max(4, (2 * largest_group - 1).bit_length())
+            return kernels[1](
+                items,
+                item_off,
+                row_off,
+                n_max,
+                np.empty(cap, dtype=np.int64),
+                np.full(cap, -1, dtype=np.int64),
+                np.empty((cap, words), dtype=np.uint64),
+            )
     return _group_intersections_numpy(items, item_counts, group_sizes, n_max)
 
 

@@ -10,8 +10,8 @@ Supported launchers, checked in this order (the first that matches wins):
 ``mpi``
     ``OMPI_COMM_WORLD_RANK`` (``mpirun``), ``PMIX_RANK`` (``srun --mpi=pmix``) or ``PMI_RANK``.
     Rank and world size come from ``MPI.COMM_WORLD`` (mpi4py); the local rank counts the lower
-    ranks on the same host; rank 0 picks the master address (its host name, or ``MASTER_ADDR``) and a free TCP
-    port (or ``MASTER_PORT``) and broadcasts both over MPI.
+    ranks on the same host; rank 0 picks the master address (its host name, or ``MASTER_ADDR``)
+    and a free TCP port (or ``MASTER_PORT``) and broadcasts both over MPI.
 ``slurm``
     Inside an ``srun`` job step (``SLURM_STEP_ID`` and ``SLURM_PROCID`` set). Rank =
     ``SLURM_PROCID``, world size = ``SLURM_STEP_NUM_TASKS``, local rank = ``SLURM_LOCALID``, master
@@ -25,6 +25,10 @@ Supported launchers, checked in this order (the first that matches wins):
 host-side gather of ragged NumPy arrays (pruning metadata) over an MPI communicator, the
 alternative to ``torch.distributed.all_gather_object``; :func:`mpi_comm_for_group` builds the MPI
 communicator that matches a torch process group (e.g. the data-parallel group).
+
+Fail-fast under MPI: MPI is imported without automatic ``MPI_Finalize`` at exit (see
+:func:`import_mpi`), so a rank that fails exits at once and the launcher ends the job; the trainer
+calls :func:`finalize_mpi` on its clean exit path only.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ import datetime
 import os
 import re
 import socket
+import sys
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Mapping, MutableMapping, Sequence
 
@@ -184,7 +190,7 @@ def _from_slurm(env: Mapping[str, str]) -> LaunchInfo:
 def slurm_master_port(job_id: int, step_id: int) -> int:
     """A port every task of a step computes alike: ``20000 + (job_id * 7 + step_id) mod 20000``.
 
-    Two steps of one job, and jobs with nearby ids, get different ports. Set ``MASTER_PORT`` when
+    The first seven steps of a job, and jobs with nearby ids, get different ports. Set ``MASTER_PORT`` when
     the range [20000, 40000) is not free on the cluster's nodes.
     """
     return SLURM_PORT_BASE + (job_id * 7 + step_id) % SLURM_PORT_SPAN
@@ -193,7 +199,7 @@ def slurm_master_port(job_id: int, step_id: int) -> int:
 def _from_mpi(env: Mapping[str, str], comm: Any) -> LaunchInfo:
     if comm is None:
         try:
-            from mpi4py import MPI
+            MPI = import_mpi()
         except ImportError as err:  # pragma: no cover - mpi4py is a requirement
             raise LaunchError(
                 f"MPI launch detected ({', '.join(k for k in MPI_RANK_VARIABLES if k in env)} set) "
@@ -213,6 +219,41 @@ def _from_mpi(env: Mapping[str, str], comm: Any) -> LaunchInfo:
     return LaunchInfo(
         launcher="mpi", rank=rank, world_size=world, local_rank=local_rank, master_addr=addr, master_port=port
     )
+
+
+def import_mpi() -> Any:
+    """``mpi4py.MPI``, imported so that MPI is *not* finalized automatically at exit.
+
+    ``MPI_Finalize`` waits for every rank (Open MPI with PMIx runs a fence), so a rank that exits
+    with an error would block in it at exit instead of exiting, and ``srun --kill-on-bad-exit`` /
+    ``mpirun`` could not end the job: a failing rank must simply exit. A clean exit calls
+    :func:`finalize_mpi` (``mpirun`` reports a process that exits without it as an error).
+    A warning is issued when ``mpi4py.MPI`` was already imported with automatic finalization.
+    """
+    import mpi4py
+
+    if "mpi4py.MPI" not in sys.modules:
+        mpi4py.rc.finalize = False
+    elif mpi4py.rc.finalize is not False:
+        warnings.warn(
+            "mpi4py.MPI was imported before fastrl.distributed.launch with automatic MPI_Finalize at "
+            "exit; a failing rank may then block at exit instead of ending the job. Import "
+            "fastrl.distributed.launch.import_mpi() first, or set mpi4py.rc.finalize = False.",
+            stacklevel=3,
+        )
+    from mpi4py import MPI
+
+    return MPI
+
+
+def finalize_mpi() -> None:
+    """``MPI_Finalize`` on a clean exit (a no-op when MPI was never initialized or is finalized).
+
+    Collective: every rank must call it. Never call it on an error path (see :func:`import_mpi`).
+    """
+    MPI = sys.modules.get("mpi4py.MPI")
+    if MPI is not None and MPI.Is_initialized() and not MPI.Is_finalized():
+        MPI.Finalize()
 
 
 def free_port(host: str = "") -> int:
@@ -355,9 +396,7 @@ def mpi_comm_for_group(ranks: Sequence[int], comm: "MPI.Comm | None" = None) -> 
         LaunchError: this process's rank is not in ``ranks``.
     """
     if comm is None:
-        from mpi4py import MPI
-
-        comm = MPI.COMM_WORLD
+        comm = import_mpi().COMM_WORLD
     ranks = [int(r) for r in ranks]
     me = comm.Get_rank()
     if me not in ranks:

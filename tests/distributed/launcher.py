@@ -9,6 +9,7 @@ any rank is re-raised in the caller with that rank's traceback.
 from __future__ import annotations
 
 import os
+import pickle
 import queue
 import socket
 import traceback
@@ -35,7 +36,7 @@ def _child(rank: int, world_size: int, port: int, fn: Callable, args: tuple, kwa
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
     try:
-        results.put((rank, True, fn(*args, **kwargs)))
+        results.put((rank, True, pickle.dumps(fn(*args, **kwargs))))
     except BaseException:  # noqa: BLE001 - reported to the parent
         results.put((rank, False, traceback.format_exc()))
     finally:
@@ -44,7 +45,7 @@ def _child(rank: int, world_size: int, port: int, fn: Callable, args: tuple, kwa
         parallel_state.destroy()
 
 
-def run_distributed(fn: Callable, world_size: int, *args: Any, timeout_s: float = 240.0, **kwargs: Any) -> list[Any]:
+def run_distributed(fn: Callable, world_size: int, *args: Any, timeout_s: float = 150.0, **kwargs: Any) -> list[Any]:
     """``[fn(*args, **kwargs) on rank 0, ..., on rank world_size - 1]``.
 
     Raises:
@@ -62,7 +63,7 @@ def run_distributed(fn: Callable, world_size: int, *args: Any, timeout_s: float 
         for _ in range(world_size):
             rank, ok, value = results.get(timeout=timeout_s)
             if ok:
-                out[rank] = value
+                out[rank] = pickle.loads(value)
             else:
                 errors.append(f"rank {rank}:\n{value}")
                 break

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_cluster import LocalSlurmCluster
+from slurm_cluster import LocalSlurmCluster  # this folder is on sys.path (no __init__.py: prepend import mode)
 
 REPO = Path(__file__).resolve().parents[2]
 TERMINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE"}

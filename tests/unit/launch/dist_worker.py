@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from fastrl.distributed.launch import init_process_group_from_env, mpi_allgatherv, mpi_comm_for_group
+from fastrl.distributed.launch import finalize_mpi, init_process_group_from_env, mpi_allgatherv, mpi_comm_for_group
 
 LENGTHS = [3, 0, 5, 2, 1, 4]
 
@@ -82,6 +82,7 @@ def main() -> None:
     (out_dir / f"rank{rank}.json").write_text(json.dumps(record))
     dist.barrier()
     dist.destroy_process_group()
+    finalize_mpi()  # clean exit: mpirun reports a process that skips it as an error
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from fastrl.distributed.launch import (
@@ -51,7 +53,7 @@ class FakeComm:
         return len(self.hosts)
 
     def allgather(self, value):
-        assert value == __import__("socket").gethostname()
+        assert value == socket.gethostname()
         return list(self.hosts)
 
     def bcast(self, value, root=0):
