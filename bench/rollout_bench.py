@@ -75,7 +75,7 @@ def vllm_worker(spec_path: str) -> None:
     from fastrl.rollout.vllm_engine import VLLMRolloutEngine
 
     spec = json.loads(Path(spec_path).read_text())
-    engine = VLLMRolloutEngine(spec["model"], seed=0, max_model_len=512)
+    engine = VLLMRolloutEngine(spec["model"], seed=0, max_model_len=512, dtype="float32", kv_cache_memory_bytes=256 * 2**20)
     prompts = [RolloutPrompt(t) for t in spec["texts"]]
     sampling = SamplingParams(temperature=1.0, top_p=1.0, top_k=-1, max_tokens=spec["max_tokens"], stop_token_ids=(), seed=0)
     engine.generate(prompts[:2], 1, sampling)
@@ -105,13 +105,13 @@ def main() -> None:
     from easy_vqa import get_train_image_paths, get_train_questions
 
     from fastrl.config import ModelConfig
-    from fastrl.models.tiny import build_tiny_hf_model_dir, build_tiny_text_model_dir, load_processor
+    from fastrl.models.tiny import cached_tiny_model_dir, load_processor
     from fastrl.rollout.engine import RolloutPrompt
     from transformers import AutoTokenizer
 
     cache = Path(args.cache)
-    text_dir = build_tiny_text_model_dir(cache / "tiny_text", ModelConfig())
-    vl_dir = build_tiny_hf_model_dir(cache / "tiny_vl", ModelConfig())
+    text_dir = cached_tiny_model_dir(cache, ModelConfig(), text_only=True)
+    vl_dir = cached_tiny_model_dir(cache, ModelConfig())
     tok = AutoTokenizer.from_pretrained(text_dir)
     questions = easy_vqa_questions(args.prompts)
     texts = [tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)

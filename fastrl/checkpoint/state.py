@@ -102,6 +102,43 @@ def actor_sharded_state_dict(actor, *, with_optimizer: bool, is_loading: bool) -
     return state
 
 
+def _ensure_optimizer_state(optimizer) -> None:
+    """Give a fresh megatron optimizer state tensors to load into (its state is created lazily by
+    the first step; the checkpoint's values replace these placeholders in place)."""
+    for opt in getattr(optimizer, "chained_optimizers", [optimizer]):
+        if len(opt.optimizer.state) > 0:
+            continue
+        if hasattr(opt, "_init_optimizer_states_with_dummy_values"):
+            opt._init_optimizer_states_with_dummy_values()
+        else:
+            opt.init_state_fn(opt.optimizer, opt.config)
+
+
+def adam_steps(optimizer) -> list[float]:
+    """The Adam ``step`` count of every parameter state (all equal in a healthy optimizer)."""
+    out = []
+    for opt in getattr(optimizer, "chained_optimizers", [optimizer]):
+        for state in opt.optimizer.state.values():
+            if isinstance(state.get("step"), torch.Tensor):
+                out.append(float(state["step"]))
+    return out
+
+
+def _restore_adam_steps(optimizer, step: float) -> None:
+    """Set every parameter's Adam ``step`` to ``step``, each in its own tensor.
+
+    Without Apex / Transformer Engine, megatron-core 0.16's DistributedOptimizer neither restores
+    the ``step`` count from a ``dp_reshardable`` checkpoint (it keeps the placeholder's) nor keeps
+    the tensors apart (it assigns one shared tensor that torch's Adam then increments once per
+    parameter), so the bias correction of a resumed run would drift from an uninterrupted one.
+    The count is saved in the train state instead. The exact-resume test catches both.
+    """
+    for opt in getattr(optimizer, "chained_optimizers", [optimizer]):
+        for state in opt.optimizer.state.values():
+            if isinstance(state.get("step"), torch.Tensor):
+                state["step"] = torch.tensor(step, dtype=state["step"].dtype)
+
+
 class CheckpointIO:
     """Save / resume for a :class:`~fastrl.training.trainer.Trainer`."""
 
@@ -156,6 +193,7 @@ class CheckpointIO:
             "total_steps": t.total_steps,
             "config": t.cfg.to_dict(),
             "world_size": t.ctx.world_size,
+            "adam_step": max(adam_steps(t.actor.optimizer), default=0.0),
         }
 
     # ---- resume ---------------------------------------------------------------------------
@@ -194,6 +232,8 @@ class CheckpointIO:
                     f"({saved_cfg.get(key)} vs {t.cfg.to_dict().get(key)}); it cannot be loaded into this run"
                 )
         with_opt = t.cfg.checkpoint.save_optimizer
+        if with_opt:
+            _ensure_optimizer_state(t.actor.optimizer)
         sharded = actor_sharded_state_dict(t.actor, with_optimizer=with_opt, is_loading=True)
         try:
             with torch.no_grad():
@@ -213,6 +253,7 @@ class CheckpointIO:
         if with_opt:
             with torch.no_grad():
                 t.actor.optimizer.load_state_dict(loaded["optimizer"])
+            _restore_adam_steps(t.actor.optimizer, state["adam_step"])
         t.actor.scheduler.load_state_dict(state["scheduler"])
         t.step = int(state["step"])
         t.sampler.load_state_dict(state["sampler"])

@@ -12,6 +12,9 @@ import torch
 import torch.distributed as dist
 
 
+_WIDENED = (torch.int16, torch.int8, torch.uint8, torch.bool)
+
+
 def _dist_ready() -> bool:
     return dist.is_available() and dist.is_initialized()
 
@@ -81,6 +84,8 @@ def all_gather_dp(value: torch.Tensor) -> list[torch.Tensor]:
     group = dp_group()
     if group is None or dist.get_world_size(group) == 1:
         return [value.detach().clone()]
+    if value.dtype in _WIDENED:  # gloo cannot gather these dtypes: exchange them as int32
+        return [t.to(value.dtype) for t in all_gather_dp(value.to(torch.int32))]
     world = dist.get_world_size(group)
     n = torch.tensor([value.shape[0]], dtype=torch.int64, device=value.device)
     sizes = [torch.zeros_like(n) for _ in range(world)]
@@ -104,21 +109,37 @@ def all_gather_objects_dp(obj: Any) -> list[Any]:
     return out
 
 
-def all_to_all_objects_dp(outgoing: Sequence[list[Any]]) -> list[list[Any]]:
-    """Exchange lists of picklable items: ``outgoing[r]`` goes to DP rank ``r``.
+def exchange_objects_dp(outgoing: Sequence[Any], counts: Sequence[Sequence[int]]) -> list[Any]:
+    """Point-to-point exchange of picklable objects inside the DP group.
 
-    Returns ``incoming`` with ``incoming[r]`` the list DP rank ``r`` sent here. Implemented as one
-    all-gather of the per-destination lists (gloo has no object all-to-all); each rank keeps its part.
+    Args:
+        outgoing: ``outgoing[d]`` is sent to DP rank ``d`` when ``counts[me][d] > 0`` and ``d != me``.
+        counts: ``counts[s][d]``, the same matrix on every rank (items rank ``s`` sends to ``d``);
+            pairs with zero items exchange nothing.
+
+    Returns:
+        ``incoming[s]``: the object DP rank ``s`` sent here (None where nothing was sent).
+
+    Every rank walks the (sender, receiver) pairs in the same order, so the blocking sends and
+    receives cannot deadlock.
     """
     group = dp_group()
     world = 1 if group is None else dist.get_world_size(group)
-    if len(outgoing) != world:
-        raise ValueError(f"outgoing has {len(outgoing)} destination lists but the DP group has {world} ranks")
+    incoming: list[Any] = [None] * world
     if world == 1:
-        return [list(outgoing[0])]
+        return incoming
     me = dist.get_rank(group)
-    gathered = all_gather_objects_dp([list(items) for items in outgoing])
-    return [gathered[src][me] for src in range(world)]
+    for src in range(world):
+        for dst in range(world):
+            if src == dst or counts[src][dst] == 0 or me not in (src, dst):
+                continue
+            if me == src:
+                dist.send_object_list([outgoing[dst]], dst=dist.get_global_rank(group, dst), group=group)
+            else:
+                box: list[Any] = [None]
+                dist.recv_object_list(box, src=dist.get_global_rank(group, src), group=group)
+                incoming[src] = box[0]
+    return incoming
 
 
 def broadcast_from_last_pipeline_stage(

@@ -163,10 +163,15 @@ def build_vocabulary(extra_texts: Iterable[str] = ()) -> list[str]:
     New words from ``extra_texts`` are appended after the base words, so base token ids do not move
     when extra texts are added.
     """
-    base = sorted(set(w for t in base_vocabulary_texts() for w in pre_tokenize_words(t)))
+    base = list(_base_words())
     seen = set(base)
     extra = sorted(set(w for t in extra_texts for w in pre_tokenize_words(t)) - seen)
     return list(SPECIAL_TOKENS) + base + extra
+
+
+@functools.cache
+def _base_words() -> tuple[str, ...]:
+    return tuple(sorted(set(w for t in base_vocabulary_texts() for w in pre_tokenize_words(t))))
 
 
 def build_tiny_tokenizer(extra_texts: Iterable[str] = ()):
@@ -230,7 +235,7 @@ def tiny_qwen25vl_config(model: ModelConfig, tokenizer, *, tie_word_embeddings: 
     (128), patch 14, temporal patch 2, spatial merge 2 (a 56x56 image is a 4x4 patch grid and 4
     image tokens), MLP width 4x, window attention in every block except the last (full
     attention). With the defaults and the base vocabulary the model has about 3.5M parameters
-    (2.4M in the language-model layers, 0.4M in the vision blocks, 0.4M in the patch merger).
+    (2.4M in the language-model layers, 0.5M in the vision blocks, 0.4M in the patch merger).
 
     Args:
         model: the model section of the run config (``source='tiny'``).
@@ -580,3 +585,19 @@ def _write_model_dir(path: Path, settings: TinyModelSettings, seed: int, make) -
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return path
+
+
+def cached_tiny_model_dir(
+    cache_root: str | os.PathLike, model: ModelConfig, extra_texts: Sequence[str] = (), *, text_only: bool = False
+) -> Path:
+    """Build (or reuse) a tiny model under ``cache_root`` in a directory named by its settings key.
+
+    ``cache_root/tiny-qwen2_5_vl-<key>`` (or ``tiny-qwen2-<key>`` with ``text_only``): different
+    settings get different directories, so this never raises ``FileExistsError`` for a changed
+    setting, unlike a fixed path given to :func:`build_tiny_hf_model_dir`.
+    """
+    architecture = "qwen2" if text_only else "qwen2_5_vl"
+    key = tiny_model_settings(model, extra_texts, architecture=architecture).key()
+    path = Path(cache_root) / f"tiny-{architecture}-{key}"
+    build = build_tiny_text_model_dir if text_only else build_tiny_hf_model_dir
+    return build(path, model, extra_texts)

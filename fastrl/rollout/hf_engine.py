@@ -5,9 +5,13 @@ encoded once per prompt), the cache is then expanded to ``n_i`` rows per prompt,
 batch as soon as they emit a stop token. Works for Qwen2.5-VL (multimodal RoPE positions from the
 model's ``get_rope_index``) and for text-only causal LMs (Qwen2, Llama).
 
-Threads: on the 2-core development machines, batched sampling (>= 32 rows) of the tiny Qwen2.5-VL
-policy was faster with two torch intra-op threads than with one (bench/rollout_bench.py measures
-it); the engine uses the process setting unless ``torch_threads`` is given.
+Threads: the engine generates with ONE torch intra-op thread by default (``torch_threads=1``).
+Measured on a 2-core development machine shared with other jobs (load average ~8), sampling 32
+prompts x 8 responses x 24 tokens of the tiny Qwen2.5-VL ran at ~2,500 tokens/s with one thread and
+~300 tokens/s with two (intra-op threads wait on each other when cores are contended); earlier
+measurements on an idle machine found two threads faster for batched sampling, by well under 2x.
+One thread loses little when the machine is idle and avoids the 8x collapse when it is not.
+``bench/rollout_bench.py`` prints both; pass ``torch_threads=None`` to keep the process setting.
 
 ``sleep()`` / ``wake()`` are no-ops: on CPU there is no accelerator memory to hand back to the
 trainer (host memory is shared by both anyway).
@@ -214,7 +218,8 @@ class HFRolloutEngine:
         processor: its processor (multimodal) or tokenizer (text-only).
         seed: seed of the engine's random stream (used when ``SamplingParams.seed`` is None).
         suppress_special_tokens: never sample :func:`suppressed_token_ids`.
-        torch_threads: intra-op threads while generating (None: the process setting).
+        torch_threads: intra-op threads while generating (None: the process setting); see the
+            module docstring for the measurement behind the default of 1.
         max_num_seqs: most rows decoded at once; larger requests run in consecutive chunks of
             whole prompts.
     """
@@ -226,7 +231,7 @@ class HFRolloutEngine:
         *,
         seed: int = 0,
         suppress_special_tokens: bool = True,
-        torch_threads: int | None = None,
+        torch_threads: int | None = 1,
         max_num_seqs: int = 256,
     ) -> None:
         if max_num_seqs < 1:
@@ -257,7 +262,7 @@ class HFRolloutEngine:
 
     @classmethod
     def from_pretrained(
-        cls, path: str | Path, rollout: RolloutConfig, *, torch_threads: int | None = None, max_num_seqs: int = 256
+        cls, path: str | Path, rollout: RolloutConfig, *, torch_threads: int | None = 1, max_num_seqs: int = 256
     ) -> "HFRolloutEngine":
         """Load a Hugging Face model directory (Qwen2.5-VL or a text-only causal LM) in float32."""
         from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer

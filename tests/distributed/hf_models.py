@@ -1,4 +1,4 @@
-"""Tiny random Hugging Face model directories (config + safetensors) for the distributed tests.
+"""A tiny random Hugging Face Qwen2 directory (config + safetensors) for the distributed tests.
 
 Sizes are chosen for speed and for every parallel layout tested: 4 query / 2 key-value heads
 (TP=2 splits both), 2 layers (PP=2 gives one per stage), a vocabulary divisible by TP.
@@ -35,46 +35,5 @@ def qwen2_dir(path: Path, *, seed: int = 0, tie_word_embeddings: bool = False) -
         for name, p in model.named_parameters():
             if name.endswith("bias"):
                 p.normal_(0, 0.1)
-    model.save_pretrained(path, safe_serialization=True)
-    return path
-
-
-def qwen25vl_dir(path: Path, *, seed: int = 0) -> Path:
-    """A tiny Qwen2.5-VL (vision tower depth 1, mrope language model) written with ``save_pretrained``."""
-    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
-
-    config = Qwen2_5_VLConfig(
-        text_config=dict(
-            vocab_size=VOCAB,
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=256,
-            rope_scaling={"type": "mrope", "mrope_section": [2, 1, 1]},
-            tie_word_embeddings=False,
-        ),
-        vision_config=dict(
-            depth=1,
-            hidden_size=16,
-            intermediate_size=32,
-            num_heads=2,
-            out_hidden_size=32,
-            patch_size=14,
-            spatial_merge_size=2,
-            temporal_patch_size=2,
-            window_size=56,
-            fullatt_block_indexes=[0],
-        ),
-        image_token_id=VOCAB - 4,
-        video_token_id=VOCAB - 3,
-        vision_start_token_id=VOCAB - 2,
-        vision_end_token_id=VOCAB - 1,
-        tie_word_embeddings=False,
-        torch_dtype="float32",
-    )
-    torch.manual_seed(seed)
-    model = Qwen2_5_VLForConditionalGeneration(config)
     model.save_pretrained(path, safe_serialization=True)
     return path

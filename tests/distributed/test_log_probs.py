@@ -1,4 +1,5 @@
-"""Log-probs of the megatron-core policy equal a plain Hugging Face forward of the same weights."""
+"""Log-probs of the megatron-core policy equal a plain Hugging Face forward of the same weights, and
+the streamed export gives back the Hugging Face weights exactly."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 import torch
 
 from launcher import run_distributed
-from workers import hf_log_probs, log_probs_worker, make_batch
+from workers import hf_log_probs, image_token_id, log_probs_worker, make_batch
 
 pytestmark = pytest.mark.distributed
 
@@ -17,6 +18,17 @@ LAYOUTS = [  # (world size, TP, PP): DP = world / (TP x PP)
     pytest.param(2, 1, 1, id="dp2"),
     pytest.param(4, 2, 2, id="tp2xpp2"),
 ]
+
+
+def _assert_export_is_exact(results: list[dict], hf_dir) -> None:
+    """The streamed export (rollout refit) gives back the Hugging Face weights bit for bit."""
+    from safetensors.torch import load_file
+
+    exported = results[0]["exported"]
+    on_disk = load_file(str(hf_dir / "model.safetensors"))
+    assert sorted(exported) == sorted(on_disk)
+    for name, tensor in on_disk.items():
+        assert torch.equal(exported[name], tensor), name
 
 
 def _assemble(results: list[dict]) -> torch.Tensor:
@@ -33,15 +45,21 @@ def _assemble(results: list[dict]) -> torch.Tensor:
 def test_qwen2_log_probs_match_hf(qwen2_path, world, tp, pp):
     batch = make_batch()
     expected = hf_log_probs(qwen2_path, batch)
-    got = _assemble(run_distributed(log_probs_worker, world, qwen2_path, tp, pp, False))
+    results = run_distributed(log_probs_worker, world, qwen2_path, tp, pp, False)
+    _assert_export_is_exact(results, qwen2_path)
+    got = _assemble(results)
     assert got.shape == expected.shape
     assert (got[batch.response_mask] < 0).all()
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("world, tp, pp", [pytest.param(1, 1, 1, id="world1"), pytest.param(2, 2, 1, id="tp2")])
+@pytest.mark.parametrize(
+    "world, tp, pp", [pytest.param(1, 1, 1, id="world1"), pytest.param(2, 2, 1, id="tp2"), pytest.param(2, 1, 2, id="pp2")]
+)
 def test_qwen25vl_log_probs_with_images_match_hf(qwen25vl_path, world, tp, pp):
-    batch = make_batch(images=True)
+    batch = make_batch(image_token=image_token_id(qwen25vl_path))
     expected = hf_log_probs(qwen25vl_path, batch)
-    got = _assemble(run_distributed(log_probs_worker, world, qwen25vl_path, tp, pp, True))
+    results = run_distributed(log_probs_worker, world, qwen25vl_path, tp, pp, True)
+    _assert_export_is_exact(results, qwen25vl_path)
+    got = _assemble(results)
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)

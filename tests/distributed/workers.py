@@ -10,16 +10,23 @@ import torch
 from fastrl.config import ParallelConfig, PrecisionConfig
 from hf_models import VOCAB
 
-IMAGE_TOKEN = VOCAB - 4
 PATCH_DIM = 3 * 2 * 14 * 14  # channels x temporal patch x patch x patch
 
 
-def make_batch(n: int = 4, t: int = 12, *, seed: int = 0, images: bool = False):
+def image_token_id(hf_dir: Path) -> int:
+    import json
+
+    return int(json.loads((Path(hf_dir) / "config.json").read_text())["image_token_id"])
+
+
+def make_batch(n: int = 4, t: int = 12, *, seed: int = 0, image_token: int | None = None):
     """A deterministic right-padded batch: prompts of 3-5 tokens, responses of 2-7 tokens.
 
-    With ``images`` every even rollout's prompt starts with one image (a 2x2 patch grid merged into
-    one image token).
+    Ordinary tokens are drawn from [10, VOCAB - 8) (no special token of either test model). With
+    ``image_token`` every even rollout's prompt holds one image (a 2x2 patch grid merged into one
+    image token).
     """
+    images = image_token is not None
     from fastrl.training.policy_batch import PolicyBatch
 
     g = torch.Generator().manual_seed(seed)
@@ -31,11 +38,11 @@ def make_batch(n: int = 4, t: int = 12, *, seed: int = 0, images: bool = False):
     for i in range(n):
         p = 3 + i % 3
         r = 2 + (5 * i) % 6
-        ids[i, : p + r] = torch.randint(0, VOCAB - 8, (p + r,), generator=g)
+        ids[i, : p + r] = torch.randint(10, VOCAB - 8, (p + r,), generator=g)
         attn[i, : p + r] = True
         resp[i, p : p + r] = True
         if images and i % 2 == 0:
-            ids[i, 1] = IMAGE_TOKEN
+            ids[i, 1] = image_token
             pixels.append(torch.randn(4, PATCH_DIM, generator=g))
             grids.append(torch.tensor([[1, 2, 2]]))
         else:
@@ -80,16 +87,20 @@ def _init(tp: int, pp: int, seed: int = 1):
 
 def log_probs_worker(hf_dir: Path, tp: int, pp: int, images: bool, precision: str = "fp32") -> dict[str, Any]:
     """Log-probs of :func:`make_batch` (this DP rank's share) under the megatron policy."""
-    from fastrl.models.provider import build_policy
+    from fastrl.models.provider import build_policy, export_hf_weights
     from fastrl.training.logprobs import compute_log_probs
 
     parallel, ctx = _init(tp, pp)
     policy = build_policy(hf_dir, parallel=parallel, precision=PrecisionConfig(mode=precision), trainable=False)
-    batch = make_batch(images=images)
+    batch = make_batch(image_token=image_token_id(hf_dir) if images else None)
     share = len(batch) // ctx.dp_size
     mine = batch.select(range(ctx.dp_rank * share, (ctx.dp_rank + 1) * share))
     lp = compute_log_probs(policy.chunks, mine, micro_batch_size=1)
-    return {"dp_rank": ctx.dp_rank, "tp_rank": ctx.tp_rank, "pp_rank": ctx.pp_rank, "log_probs": lp}
+    exported = {name: t.clone() for name, t in export_hf_weights(policy)}
+    return {
+        "dp_rank": ctx.dp_rank, "tp_rank": ctx.tp_rank, "pp_rank": ctx.pp_rank, "log_probs": lp,
+        "exported": exported if ctx.rank == 0 else None,
+    }  # fmt: skip
 
 
 def make_train_batch(hf_dir: Path, n: int = 4):
@@ -158,3 +169,89 @@ def train_worker(hf_dir: Path, tp: int, pp: int, algorithm, *, distributed_optim
                 p.data.copy_(p.main_grad.to(p.dtype))
     tensors = {name: t.clone() for name, t in export_hf_weights(policy)}
     return {"metrics": metrics, "tensors": tensors if ctx.rank == 0 else None}
+
+
+def make_rollouts(num_groups: int, n: int, *, seed: int = 3):
+    """A deterministic global batch of ``num_groups x n`` rollouts for pruning tests.
+
+    Returns ``(batch, group_ids, advantages, responses)``: responses are short token sequences over
+    a 6-token alphabet (so some are near-duplicates), rewards are 0/1, advantages GRPO's.
+    """
+    from fastrl.algorithms.advantages import grpo_advantages
+    from fastrl.training.policy_batch import PolicyBatch
+
+    g = torch.Generator().manual_seed(seed)
+    total = num_groups * n
+    group_ids = torch.arange(num_groups).repeat_interleave(n)
+    rewards = torch.randint(0, 2, (total,), generator=g).double()
+    advantages = grpo_advantages(rewards, group_ids)
+    prompt_len = 3
+    responses = [torch.randint(10, 16, (int(torch.randint(2, 12, (1,), generator=g)),), generator=g) for _ in range(total)]
+    t = prompt_len + max(len(r) for r in responses)
+    ids = torch.zeros(total, t, dtype=torch.long)
+    attn = torch.zeros(total, t, dtype=torch.bool)
+    resp = torch.zeros(total, t, dtype=torch.bool)
+    for i, r in enumerate(responses):
+        ids[i, :prompt_len] = 100 + group_ids[i]
+        ids[i, prompt_len : prompt_len + len(r)] = r
+        attn[i, : prompt_len + len(r)] = True
+        resp[i, prompt_len : prompt_len + len(r)] = True
+    batch = PolicyBatch(input_ids=ids, attention_mask=attn, response_mask=resp, tensors={"advantages": advantages})
+    return batch, group_ids, advantages, responses
+
+
+def split_sizes(total: int, dp: int, uneven: bool) -> list[int]:
+    if not uneven:
+        return [total // dp] * dp
+    sizes = [total // dp] * dp
+    sizes[0] += total - sum(sizes)
+    if dp > 1 and sizes[1] > 1:  # shift one rollout from rank 1 to rank 0
+        sizes[0] += 1
+        sizes[1] -= 1
+    return sizes
+
+
+def pruning_worker(tp: int, num_groups: int, n: int, multiple: int, mode: str) -> dict[str, Any]:
+    """DP-global MDAP pruning + re-partition on this rank's share of :func:`make_rollouts`."""
+    from fastrl.algorithms.minhash import ResponseSketch, minhash_sketch
+    from fastrl.algorithms.pruning import mdap_select
+    from fastrl.distributed import dp_pruning
+
+    _, ctx = _init(tp, 1)
+    batch, group_ids, advantages, responses = make_rollouts(num_groups, n)
+    sizes = split_sizes(len(batch), ctx.dp_size, uneven=True)
+    start = sum(sizes[: ctx.dp_rank])
+    rows = list(range(start, start + sizes[ctx.dp_rank]))
+    local_batch = batch.select(rows)
+    if mode == "exact":
+        local = dp_pruning.LocalPruningInputs(
+            group_ids=group_ids[rows], advantages=advantages[rows], lengths=local_batch.lengths,
+            responses=[responses[i] for i in rows],
+        )  # fmt: skip
+
+        def prune(g):
+            return mdap_select(g.advantages, g.group_ids, g.responses, multiple=multiple)
+    else:
+        sig, resp_len = minhash_sketch([responses[i] for i in rows], num_bins=64).to_tensors()
+        local = dp_pruning.LocalPruningInputs(
+            group_ids=group_ids[rows], advantages=advantages[rows], lengths=local_batch.lengths,
+            signatures=sig, response_lengths=resp_len,
+        )  # fmt: skip
+
+        def prune(g):
+            sketch = ResponseSketch.from_tensors(g.signatures, g.response_lengths, ngram=1, seed=0)
+            return mdap_select(g.advantages, g.group_ids, sketch, multiple=multiple)
+
+    outcome = dp_pruning.dp_global_prune(local, prune)
+    mine = dp_pruning.repartition(local_batch, outcome)
+    logged = dp_pruning.gather_for_logging(local.advantages)
+    return {
+        "dp_rank": ctx.dp_rank,
+        "tp_rank": ctx.tp_rank,
+        "keep": outcome.keep,
+        "keep_local": outcome.keep_local,
+        "input_ids": mine.input_ids,
+        "lengths": mine.lengths,
+        "advantages": mine.tensors["advantages"],
+        "logged_advantages": logged,
+    }

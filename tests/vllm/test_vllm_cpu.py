@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -115,8 +114,7 @@ def test_greedy_decoding_and_stop_token(run):
     engine, out = run["engine"], run["out"]
     greedy = out["greedy_before"]
     _assert_logprobs_close(engine.model, greedy, engine.pad_token_id)
-    # each greedy token is the most likely allowed token of the HF model (up to float noise)
-    logp = _hf_logprobs(engine.model, greedy, engine.pad_token_id)
+    assert all(len(t) == MAX_TOKENS or t[-1] in engine.default_stop_token_ids for t in greedy["tokens"])
     stop = out["stop_token_id"]
     first = greedy["tokens"][0]
     cut = first.index(stop)
@@ -125,10 +123,9 @@ def test_greedy_decoding_and_stop_token(run):
         assert (stop in tokens) == (reason == "stop")
         if reason == "stop":
             assert tokens.index(stop) == len(tokens) - 1
-    assert all(torch.isfinite(lp).all() for lp in logp)
 
 
-def test_weight_update_in_place_changes_outputs(run, tmp_path):
+def test_weight_update_in_place_changes_outputs(run):
     engine, out = run["engine"], run["out"]
     assert out["refit_count"] == len(load_file(run["model_dir"] / "model.safetensors"))
     before, after = out["greedy_before"], out["greedy_after"]

@@ -159,3 +159,13 @@ def test_tied_embeddings_option(tmp_path):
     path = tiny.build_tiny_hf_model_dir(tmp_path / "tied", ModelConfig(), tie_word_embeddings=True)
     model = Qwen2_5_VLForConditionalGeneration.from_pretrained(path)
     assert model.lm_head.weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
+
+
+def test_cached_dirs_are_named_by_settings(tmp_path):
+    a = tiny.cached_tiny_model_dir(tmp_path, ModelConfig(), text_only=True)
+    b = tiny.cached_tiny_model_dir(tmp_path, replace(ModelConfig(), seed=9), text_only=True)
+    assert a != b and a.name.startswith("tiny-qwen2-") and b.name.startswith("tiny-qwen2-")
+    assert tiny.cached_tiny_model_dir(tmp_path, ModelConfig(), text_only=True) == a
+    assert (a / tiny.TOKENIZER_SUBDIR / "tokenizer.json").is_file()
+    config = json.loads((a / "config.json").read_text())
+    assert config["model_type"] == "qwen2" and config["vocab_size"] % 64 == 0

@@ -1,0 +1,225 @@
+"""DP-global pruning: every data-parallel rank prunes the same global batch, then rebalances.
+
+Each DP rank holds the rollouts it generated. Pruning (MDAP and the baselines of
+:mod:`fastrl.algorithms.pruning`) must see whole groups and the whole batch, so:
+
+1. :func:`gather_pruning_metadata` all-gathers, over the DP group only, per rollout: group id,
+   advantage, token length, and either the response token ids (exact Jaccard; ragged, sent
+   flattened with their lengths) or a MinHash signature (approximate; fixed size). Rows are
+   concatenated in DP-rank order, so every rank builds the identical global batch.
+2. The caller's pruner (a pure function of that batch) runs on every rank and gives the same keep
+   mask everywhere (:func:`dp_global_prune`).
+3. :func:`repartition` moves kept rollouts so that every DP rank holds the same number with
+   near-equal token loads (:mod:`fastrl.distributed.partition`); only rollouts whose target rank
+   differs from their owner travel, point to point inside the DP group.
+
+Tensor-parallel and pipeline-parallel peers of a DP rank hold the same rollouts and make the same
+decisions; the partition count is the DP size, never the world size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+
+from fastrl.distributed import collectives
+from fastrl.distributed.partition import balanced_assignment
+from fastrl.training.policy_batch import PolicyBatch
+
+
+@dataclass
+class LocalPruningInputs:
+    """This DP rank's rollouts, as the pruner needs them.
+
+    Attributes:
+        group_ids: int64 [n], prompt group of each rollout (globally unique ids).
+        advantages: float [n], one scalar per rollout.
+        lengths: int64 [n], token load of each rollout (prompt + response tokens).
+        responses: n unpadded 1-D int64 tensors of response token ids (exact similarity), or None.
+        signatures: int16 [n, bins] MinHash signatures (``ResponseSketch.to_tensors()``), or None.
+        response_lengths: int64 [n] response lengths in tokens (with signatures).
+    """
+
+    group_ids: torch.Tensor
+    advantages: torch.Tensor
+    lengths: torch.Tensor
+    responses: list[torch.Tensor] | None = None
+    signatures: torch.Tensor | None = None
+    response_lengths: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        n = int(self.group_ids.shape[0])
+        for name in ("advantages", "lengths"):
+            if getattr(self, name).shape != (n,):
+                raise ValueError(f"LocalPruningInputs.{name} has shape {tuple(getattr(self, name).shape)}, expected ({n},)")
+        if (self.responses is None) == (self.signatures is None):
+            raise ValueError("LocalPruningInputs needs exactly one of responses (exact) or signatures (minhash)")
+        if self.responses is not None and len(self.responses) != n:
+            raise ValueError(f"{len(self.responses)} responses for {n} rollouts")
+        if self.signatures is not None and (self.signatures.shape[0] != n or self.response_lengths is None):
+            raise ValueError("signatures must have one row per rollout, with response_lengths")
+
+
+@dataclass
+class GlobalPruningInputs:
+    """The whole DP group's rollouts, concatenated in DP-rank order (identical on every rank)."""
+
+    group_ids: torch.Tensor
+    advantages: torch.Tensor
+    lengths: torch.Tensor
+    owners: torch.Tensor
+    """int64 [N]: DP rank holding each rollout."""
+    local_index: torch.Tensor
+    """int64 [N]: row of each rollout in its owner's local batch."""
+    responses: list[torch.Tensor] | None
+    signatures: torch.Tensor | None
+    response_lengths: torch.Tensor | None
+
+    def __len__(self) -> int:
+        return int(self.group_ids.shape[0])
+
+
+def gather_pruning_metadata(local: LocalPruningInputs) -> GlobalPruningInputs:
+    """All-gather the pruning metadata over the DP group.
+
+    Bytes moved per rollout (received by every DP rank from every other): 8 (group id) + 8
+    (advantage, float64) + 8 (length) + either 8 x response tokens + 8 (exact mode) or
+    2 x MinHash bins + 8 (minhash mode).
+    """
+    ints = torch.stack([local.group_ids.to(torch.int64), local.lengths.to(torch.int64)], dim=1)
+    parts_int = collectives.all_gather_dp(ints)
+    parts_adv = collectives.all_gather_dp(local.advantages.to(torch.float64))
+    owners = torch.cat([torch.full((len(p),), r, dtype=torch.int64) for r, p in enumerate(parts_int)])
+    local_index = torch.cat([torch.arange(len(p), dtype=torch.int64) for p in parts_int])
+    all_int = torch.cat(parts_int)
+    responses = signatures = response_lengths = None
+    if local.responses is not None:
+        resp_len = torch.tensor([len(r) for r in local.responses], dtype=torch.int64)
+        flat = torch.cat([r.to(torch.int64).reshape(-1) for r in local.responses]) if local.responses else torch.zeros(0, dtype=torch.int64)
+        lens = torch.cat(collectives.all_gather_dp(resp_len))
+        flat_all = torch.cat(collectives.all_gather_dp(flat))
+        responses = list(torch.split(flat_all, lens.tolist()))
+    else:
+        signatures = torch.cat(collectives.all_gather_dp(local.signatures))
+        response_lengths = torch.cat(collectives.all_gather_dp(local.response_lengths.to(torch.int64)))
+    return GlobalPruningInputs(
+        group_ids=all_int[:, 0],
+        advantages=torch.cat(parts_adv),
+        lengths=all_int[:, 1],
+        owners=owners,
+        local_index=local_index,
+        responses=responses,
+        signatures=signatures,
+        response_lengths=response_lengths,
+    )
+
+
+@dataclass
+class DPPruneOutcome:
+    """Result of a DP-global pruning step (identical on every rank except ``keep_local``)."""
+
+    result: object
+    """The pruner's result on the global batch (e.g. ``PruneResult``)."""
+    keep: torch.Tensor
+    """bool [N]: global keep mask, DP-rank order."""
+    inputs: GlobalPruningInputs
+    keep_local: torch.Tensor
+    """bool [n]: this rank's rollouts that are kept."""
+
+
+def dp_global_prune(local: LocalPruningInputs, prune: Callable[[GlobalPruningInputs], object]) -> DPPruneOutcome:
+    """Gather the metadata and run ``prune`` (a pure function of the global batch) on every rank.
+
+    ``prune(global_inputs)`` returns an object with a ``keep`` bool [N] attribute (``PruneResult``).
+
+    Raises:
+        ValueError: the pruner's mask has the wrong length.
+    """
+    inputs = gather_pruning_metadata(local)
+    result = prune(inputs)
+    keep = torch.as_tensor(result.keep, dtype=torch.bool)
+    if keep.shape != (len(inputs),):
+        raise ValueError(f"the pruner returned a keep mask of shape {tuple(keep.shape)} for {len(inputs)} rollouts")
+    me = collectives.dp_rank()
+    mine = inputs.owners == me
+    return DPPruneOutcome(result=result, keep=keep, inputs=inputs, keep_local=keep[mine])
+
+
+def repartition(batch: PolicyBatch, outcome: DPPruneOutcome) -> PolicyBatch:
+    """This rank's share of the kept rollouts after balancing (same count on every DP rank).
+
+    Args:
+        batch: this rank's local rollouts (the rows ``LocalPruningInputs`` described).
+        outcome: from :func:`dp_global_prune`.
+
+    Returns:
+        The kept rollouts assigned to this rank, ordered by global index (DP rank, local row).
+        Only moved rollouts travel: a point-to-point transfer per (sender, receiver) pair in the DP
+        group, pickled :class:`PolicyBatch` rows (their tensors' bytes plus a small header).
+
+    Raises:
+        ValueError: the kept count is not a positive multiple of the DP size.
+    """
+    inputs, keep = outcome.inputs, outcome.keep
+    kept = torch.nonzero(keep).flatten().tolist()
+    owners = inputs.owners[kept].tolist()
+    lengths = inputs.lengths[kept].tolist()
+    ranks = collectives.dp_size()
+    targets = balanced_assignment(lengths, owners, ranks)
+    me = collectives.dp_rank()
+    if len(batch) != int((inputs.owners == me).sum()):
+        raise ValueError(f"this rank holds {len(batch)} rollouts but reported {int((inputs.owners == me).sum())} for pruning")
+    plan = [[[] for _ in range(ranks)] for _ in range(ranks)]  # plan[src][dst] -> global indices
+    for g, src, dst in zip(kept, owners, targets):
+        plan[src][dst].append(g)
+    outgoing: list[PolicyBatch | None] = [None] * ranks
+    for dst in range(ranks):
+        rows = [int(inputs.local_index[g]) for g in plan[me][dst]]
+        if rows and dst != me:
+            outgoing[dst] = batch.select(rows)
+    counts = [[len(plan[s][d]) for d in range(ranks)] for s in range(ranks)]
+    incoming = collectives.exchange_objects_dp(outgoing, counts)
+    pieces: list[tuple[list[int], PolicyBatch]] = []
+    for src in range(ranks):
+        if not plan[src][me]:
+            continue
+        if src == me:
+            piece = batch.select([int(inputs.local_index[g]) for g in plan[me][me]])
+        else:
+            piece = incoming[src]
+        pieces.append((plan[src][me], piece))
+    return concat_batches([p for _, p in pieces])
+
+
+def concat_batches(batches: Sequence[PolicyBatch]) -> PolicyBatch:
+    """Rows of ``batches`` in order (right-padded to the longest sequence)."""
+    if not batches:
+        raise ValueError("no batches to concatenate")
+    t = max(b.seq_length for b in batches)
+
+    def pad(x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.pad(x, (0, t - x.shape[1])) if x.dim() == 2 and x.shape[1] < t else x
+
+    def cat_list(name: str):
+        values = [getattr(b, name) for b in batches]
+        return None if all(v is None for v in values) else [x for v in values for x in v]
+
+    tensors = {k: torch.cat([pad(b.tensors[k]) if b.tensors[k].dim() == 2 and b.tensors[k].shape[1] == b.seq_length else b.tensors[k] for b in batches]) for k in batches[0].tensors}
+    return PolicyBatch(
+        input_ids=torch.cat([pad(b.input_ids) for b in batches]),
+        attention_mask=torch.cat([pad(b.attention_mask) for b in batches]),
+        response_mask=torch.cat([pad(b.response_mask) for b in batches]),
+        pixel_values=cat_list("pixel_values"),
+        image_grid_thw=cat_list("image_grid_thw"),
+        tensors=tensors,
+    )
+
+
+def gather_for_logging(values: torch.Tensor) -> torch.Tensor:
+    """Per-rollout values (rewards, advantages, lengths) of every DP rank, in DP-rank order.
+
+    Only DP ranks hold distinct rollouts; TP/PP peers pass the same values and get the same result.
+    """
+    return torch.cat(collectives.all_gather_dp(values))

@@ -1,0 +1,34 @@
+"""Tiny end-to-end runs of ``python -m fastrl.train`` (a few steps of a tiny model, minutes at most)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+#: Overrides that make the default recipe tiny: a 2-layer model, 4 prompts x 4 rollouts per step.
+TINY = [
+    "model.tiny_hidden_size=64", "model.tiny_num_layers=2", "model.tiny_intermediate_size=128",
+    "model.tiny_vision_hidden_size=32", "model.tiny_vision_depth=1",
+    "rollout.prompts_per_step=4", "rollout.n=4", "trainer.mini_batch_prompts=2", "rollout.max_response_length=16",
+    "data.val_size=16", "data.max_train_samples=64", "trainer.val_every=0", "warm_start.enabled=false",
+    "logging.progress_bar=false", "logging.tensorboard=false", "reward.num_workers=1", "trainer.torch_threads=1",
+]
+
+
+def run_train(out_dir: Path, *overrides: str, recipe: str = "easyvqa_tiny_fastrl_grpo_cpu", timeout: int = 600):
+    """Run the trainer in a subprocess; returns the CompletedProcess (output captured)."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "fastrl.train", "--recipe", recipe, *TINY, f"logging.output_dir={out_dir}", *overrides]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        pytest.fail(f"trainer failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
+    return proc
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

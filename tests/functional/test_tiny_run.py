@@ -1,0 +1,39 @@
+"""The main job, tiny: every phase of a FastRL step runs and its metrics are consistent."""
+
+import json
+from pathlib import Path
+
+from tests.functional.conftest import read_jsonl, run_train
+
+THRESHOLDS = json.loads((Path(__file__).parent / "tiny_run_thresholds.json").read_text())
+
+
+def test_tiny_fastrl_run_metrics_within_thresholds(tmp_path):
+    proc = run_train(tmp_path, "trainer.max_steps=3")
+    run_dir = tmp_path / "easyvqa_tiny_fastrl_grpo_cpu"
+    assert "validation accuracy:" in proc.stdout + proc.stderr
+    records = read_jsonl(run_dir / "metrics.jsonl")
+    train = [r for r in records if r["kind"] == "train"]
+    val = [r for r in records if r["kind"] == "val"]
+    assert [r["step"] for r in train] == [1, 2, 3]
+    assert [r["step"] for r in val] == [0, 3]
+    for r in train:
+        for key in THRESHOLDS["required_metrics"]:
+            assert key in r, key
+        for phase in THRESHOLDS["required_time_phases"]:
+            assert r[f"time/{phase}"] >= 0.0
+        assert r["mismatch/abs_diff_max"] <= THRESHOLDS["max_abs_logprob_mismatch"]
+        assert THRESHOLDS["min_prune_kept_fraction"] <= r["prune/kept_fraction"] <= THRESHOLDS["max_prune_kept_fraction"]
+        assert r["prune/num_kept"] % 8 == 0  # refilled to the mini-batch geometry: 2 prompts x n=4
+        assert r["actor/grad_norm"] <= THRESHOLDS["max_grad_norm"]
+        assert r["rollout/n"] == 4
+        assert 0.0 <= r["accuracy/mean"] <= 1.0
+    assert val[-1]["val/questions"] == 16
+    assert (run_dir / "COMPLETE").read_text().strip() == "3"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["finished"] is True and summary["step"] == 3
+    ckpts = sorted(p.name for p in (run_dir / "checkpoints").iterdir() if p.name.startswith("step_"))
+    assert ckpts[-1] == "step_00000003"
+    # a finished run started again does nothing and exits 0
+    again = run_train(tmp_path, "trainer.max_steps=3")
+    assert "already complete" in again.stdout + again.stderr
