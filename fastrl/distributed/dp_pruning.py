@@ -194,26 +194,34 @@ def repartition(batch: PolicyBatch, outcome: DPPruneOutcome) -> PolicyBatch:
 
 
 def concat_batches(batches: Sequence[PolicyBatch]) -> PolicyBatch:
-    """Rows of ``batches`` in order (right-padded to the longest sequence)."""
+    """Rows of ``batches`` in order, right-padded to the longest sequence.
+
+    Per-token tensors (second dimension equal to the batch's sequence length) are padded with
+    zeros; per-rollout tensors are concatenated as they are.
+    """
     if not batches:
         raise ValueError("no batches to concatenate")
     t = max(b.seq_length for b in batches)
 
-    def pad(x: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.pad(x, (0, t - x.shape[1])) if x.dim() == 2 and x.shape[1] < t else x
+    def pad(x: torch.Tensor, seq_length: int) -> torch.Tensor:
+        if x.dim() >= 2 and x.shape[1] == seq_length and seq_length < t:
+            return torch.nn.functional.pad(x, (0, 0) * (x.dim() - 2) + (0, t - seq_length))
+        return x
 
-    def cat_list(name: str):
+    def cat(get) -> torch.Tensor:
+        return torch.cat([pad(get(b), b.seq_length) for b in batches])
+
+    def cat_list(name: str) -> list | None:
         values = [getattr(b, name) for b in batches]
         return None if all(v is None for v in values) else [x for v in values for x in v]
 
-    tensors = {k: torch.cat([pad(b.tensors[k]) if b.tensors[k].dim() == 2 and b.tensors[k].shape[1] == b.seq_length else b.tensors[k] for b in batches]) for k in batches[0].tensors}
     return PolicyBatch(
-        input_ids=torch.cat([pad(b.input_ids) for b in batches]),
-        attention_mask=torch.cat([pad(b.attention_mask) for b in batches]),
-        response_mask=torch.cat([pad(b.response_mask) for b in batches]),
+        input_ids=cat(lambda b: b.input_ids),
+        attention_mask=cat(lambda b: b.attention_mask),
+        response_mask=cat(lambda b: b.response_mask),
         pixel_values=cat_list("pixel_values"),
         image_grid_thw=cat_list("image_grid_thw"),
-        tensors=tensors,
+        tensors={k: cat(lambda b, k=k: b.tensors[k]) for k in batches[0].tensors},
     )
 
 

@@ -5,13 +5,14 @@ encoded once per prompt), the cache is then expanded to ``n_i`` rows per prompt,
 batch as soon as they emit a stop token. Works for Qwen2.5-VL (multimodal RoPE positions from the
 model's ``get_rope_index``) and for text-only causal LMs (Qwen2, Llama).
 
-Threads: the engine generates with ONE torch intra-op thread by default (``torch_threads=1``).
-Measured on a 2-core development machine shared with other jobs (load average ~8), sampling 32
-prompts x 8 responses x 24 tokens of the tiny Qwen2.5-VL ran at ~2,500 tokens/s with one thread and
-~300 tokens/s with two (intra-op threads wait on each other when cores are contended); earlier
-measurements on an idle machine found two threads faster for batched sampling, by well under 2x.
-One thread loses little when the machine is idle and avoids the 8x collapse when it is not.
-``bench/rollout_bench.py`` prints both; pass ``torch_threads=None`` to keep the process setting.
+Threads: by default the engine uses the process's torch intra-op thread count, which the trainer
+sets from ``trainer.torch_threads`` -- one knob for training and sampling. Measured on a 2-core
+machine (bench/rollout_bench.py; 32 prompts x 4-8 responses x 24-32 tokens, tiny Qwen2.5-VL with
+images): under light load (load average ~3 on the 2 cores) two threads sampled ~1.6x faster than
+one (4,400 vs 2,600 tokens/s), as earlier measurements on an idle machine found; when other jobs
+kept the cores busy (load average 6-8), two threads collapsed to ~300 tokens/s against ~2,500
+with one. Use ``trainer.torch_threads=1`` (or ``torch_threads=1``
+here) on shared machines.
 
 ``sleep()`` / ``wake()`` are no-ops: on CPU there is no accelerator memory to hand back to the
 trainer (host memory is shared by both anyway).
@@ -219,7 +220,7 @@ class HFRolloutEngine:
         seed: seed of the engine's random stream (used when ``SamplingParams.seed`` is None).
         suppress_special_tokens: never sample :func:`suppressed_token_ids`.
         torch_threads: intra-op threads while generating (None: the process setting); see the
-            module docstring for the measurement behind the default of 1.
+            module docstring for measurements.
         max_num_seqs: most rows decoded at once; larger requests run in consecutive chunks of
             whole prompts.
     """
@@ -231,7 +232,7 @@ class HFRolloutEngine:
         *,
         seed: int = 0,
         suppress_special_tokens: bool = True,
-        torch_threads: int | None = 1,
+        torch_threads: int | None = None,
         max_num_seqs: int = 256,
     ) -> None:
         if max_num_seqs < 1:
@@ -262,7 +263,7 @@ class HFRolloutEngine:
 
     @classmethod
     def from_pretrained(
-        cls, path: str | Path, rollout: RolloutConfig, *, torch_threads: int | None = 1, max_num_seqs: int = 256
+        cls, path: str | Path, rollout: RolloutConfig, *, torch_threads: int | None = None, max_num_seqs: int = 256
     ) -> "HFRolloutEngine":
         """Load a Hugging Face model directory (Qwen2.5-VL or a text-only causal LM) in float32."""
         from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer

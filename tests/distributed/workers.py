@@ -255,3 +255,41 @@ def pruning_worker(tp: int, num_groups: int, n: int, multiple: int, mode: str) -
         "advantages": mine.tensors["advantages"],
         "logged_advantages": logged,
     }
+
+
+def bf16_and_reference_worker(hf_dir: Path) -> dict[str, Any]:
+    """bf16 actor update (fp32 master weights) next to a frozen, CPU-offloaded reference policy."""
+    from fastrl.config import AlgorithmConfig, OptimizerConfig
+    from fastrl.distributed import parallel_state
+    from fastrl.models.provider import build_policy, offload_to_cpu, reload_to_device
+    from fastrl.training.actor import Actor
+    from fastrl.training.logprobs import compute_log_probs, mismatch_metrics
+
+    parallel = ParallelConfig(tensor_model_parallel_size=2, backend="gloo", micro_batch_size=2)
+    parallel_state.initialize(parallel, seed=1)
+    bf16 = PrecisionConfig(mode="bf16")
+    actor_policy = build_policy(hf_dir, parallel=parallel, precision=bf16, trainable=True)
+    reference = build_policy(hf_dir, parallel=parallel, precision=PrecisionConfig(), trainable=False)
+    actor = Actor(
+        actor_policy, algorithm=AlgorithmConfig(), optimizer=OptimizerConfig(lr=1e-3),
+        parallel=parallel, precision=bf16, total_steps=4,
+    )  # fmt: skip
+    batch = make_train_batch(hf_dir)
+    offload_to_cpu(reference)
+    reload_to_device(reference, torch.device("cpu"))
+    ref_lp = compute_log_probs(reference.chunks, batch, micro_batch_size=2)
+    before = actor.log_probs(batch)
+    metrics = actor.update(batch.with_tensors(ref_log_probs=ref_lp))
+    after = actor.log_probs(batch)
+    ref_after = compute_log_probs(reference.chunks, batch, micro_batch_size=2)
+    return {
+        "param_dtypes": sorted({str(p.dtype) for p in actor_policy.parameters()}),
+        "main_param_dtypes": sorted({str(p.dtype) for g in actor.optimizer.optimizer.param_groups for p in g["params"]}),
+        "ref_requires_grad": any(p.requires_grad for p in reference.parameters()),
+        "metrics": metrics,
+        "before": before,
+        "after": after,
+        "ref": ref_lp,
+        "ref_after": ref_after,
+        "mismatch": {k: float(v) for k, v in mismatch_metrics(before, ref_lp, batch.response_mask).items()},
+    }
