@@ -40,7 +40,7 @@ def resolve_config(recipe: str, overrides: Sequence[str]) -> RunConfig:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_intermixed_args(argv)
     if args.list_recipes:
         from recipes import list_recipes, recipe_function
 

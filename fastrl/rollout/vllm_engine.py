@@ -20,7 +20,9 @@ importing :mod:`fastrl` never needs it.
   with engine worker processes the tensors are sent in buckets of at most ``refit_bucket_bytes``,
   so no full model copy is ever built.
 * ``sleep()`` / ``wake()``: vLLM sleep mode (level 1: weights offloaded to host memory, KV cache
-  dropped) when built with ``enable_sleep_mode=True`` (GPU); otherwise no-ops.
+  dropped) when built with ``enable_sleep_mode=True`` (GPU); otherwise no-ops. A refit while
+  asleep (the trainer's order: rollout, sleep, update, refit, wake) first brings the weights back
+  (``wake_up(tags=["weights"])``), loads the new ones, and leaves the KV cache for :meth:`wake`.
 """
 
 from __future__ import annotations
@@ -104,6 +106,9 @@ class VLLMRolloutEngine:
         self.llm = LLM(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()
         self.sleep_enabled = enable_sleep_mode
+        self._asleep = False
+        self._weights_awake = True
+        self._prefix_cache_stale = False
         self.refit_bucket_bytes = refit_bucket_bytes
         self._generator = torch.Generator().manual_seed(seed)
         self._processor = None
@@ -118,10 +123,13 @@ class VLLMRolloutEngine:
         generation = self.llm.llm_engine.model_config.try_get_generation_config()
         eos = generation.get("eos_token_id", config.get_text_config().eos_token_id)
         self.default_stop_token_ids: tuple[int, ...] = tuple(eos) if isinstance(eos, (list, tuple)) else (int(eos),)
+        pad = self.tokenizer.pad_token_id
+        self.pad_token_id = int(pad if pad is not None else self.default_stop_token_ids[0])
 
     @classmethod
-    def from_config(cls, model_path: str | Path, rollout: RolloutConfig, **llm_kwargs: Any) -> "VLLMRolloutEngine":
-        """An engine with the rollout section's engine settings."""
+    def from_pretrained(cls, model_path: str | Path, rollout: RolloutConfig, **llm_kwargs: Any) -> "VLLMRolloutEngine":
+        """An engine on a Hugging Face model directory with the rollout section's engine settings
+        (same call as :meth:`fastrl.rollout.hf_engine.HFRolloutEngine.from_pretrained`)."""
         return cls(
             model_path,
             tensor_parallel_size=rollout.engine_tensor_parallel_size,
@@ -137,13 +145,18 @@ class VLLMRolloutEngine:
     def sleep(self) -> None:
         """Offload weights to host memory and drop the KV cache (vLLM sleep level 1); no-op
         without sleep mode."""
-        if self.sleep_enabled:
+        if self.sleep_enabled and not self._asleep:
             self.llm.sleep(level=1)
+            self._asleep, self._weights_awake = True, False
 
     def wake(self) -> None:
         """Reload weights and reallocate the KV cache; no-op without sleep mode."""
-        if self.sleep_enabled:
-            self.llm.wake_up()
+        if self.sleep_enabled and self._asleep:
+            self.llm.wake_up(tags=["kv_cache"] if self._weights_awake else None)
+            self._asleep, self._weights_awake = False, True
+            if self._prefix_cache_stale:
+                self.llm.reset_prefix_cache()  # cached prefixes were computed with the old weights
+                self._prefix_cache_stale = False
 
     def generate(
         self, prompts: Sequence[RolloutPrompt], n_per_prompt: int | Sequence[int], sampling: SamplingParams
@@ -256,6 +269,9 @@ class VLLMRolloutEngine:
         Returns:
             The number of tensors sent.
         """
+        if self._asleep and not self._weights_awake:
+            self.llm.wake_up(tags=["weights"])
+            self._weights_awake = True
         counter = _Counter(named_tensors)
         if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "0":
             # the engine runs in this process: vLLM consumes the iterator lazily
@@ -263,7 +279,10 @@ class VLLMRolloutEngine:
         else:
             for bucket in _buckets(counter, self.refit_bucket_bytes):
                 self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": bucket})
-        self.llm.reset_prefix_cache()
+        if self._asleep:
+            self._prefix_cache_stale = True  # reset once the KV cache is back (wake)
+        else:
+            self.llm.reset_prefix_cache()
         self.weight_version += 1
         return counter.count
 

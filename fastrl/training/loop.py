@@ -3,9 +3,15 @@
 
 from __future__ import annotations
 
+import datetime
+import json
 import logging
+import os
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from fastrl.distributed import world
 
 from fastrl.training.metrics import MetricsLogger
 from fastrl.training.step import train_step
@@ -16,8 +22,21 @@ if TYPE_CHECKING:  # pragma: no cover
 
 logger = logging.getLogger("fastrl.trainer")
 
-#: Written into the run directory when training is complete (slurm/submit.sh reads it).
-COMPLETE_FILE = "COMPLETE"
+#: Written into the run directory when training is complete (slurm/submit.sh and train.sbatch read
+#: it; docs/slurm.md, "Contract between the Slurm scripts and the trainer").
+FINISHED_FILE = "FINISHED"
+
+
+def write_finished(run_dir: Path, step: int) -> None:
+    """Atomically write ``RUN_DIR/FINISHED`` as JSON ``{step, finished_at, slurm_job_id}``."""
+    payload = {
+        "step": step,
+        "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+    }
+    tmp = run_dir / f".{FINISHED_FILE}.tmp"
+    tmp.write_text(json.dumps(payload) + "\n")
+    os.replace(tmp, run_dir / FINISHED_FILE)
 
 
 def _progress(t: "Trainer"):
@@ -39,8 +58,8 @@ def run_loop(t: "Trainer", stop: "StopRequest") -> dict[str, Any]:
         run_name=cfg.logging.run_name or cfg.recipe, config=cfg.to_dict(), enabled=t.ctx.is_logging_rank,
     )
     summary: dict[str, Any] = {"resumed_from": resumed, "run_dir": str(t.run_dir)}
-    if (t.run_dir / COMPLETE_FILE).exists() or t.step >= t.total_steps:
-        logger.info("training is already complete (%d/%d steps); nothing to do", t.step, t.total_steps)
+    if (t.run_dir / FINISHED_FILE).exists() or t.step >= t.total_steps:
+        logger.info("training already complete at step %d (of %d); nothing to do", t.step, t.total_steps)
         summary["already_complete"] = True
         return summary
     if t.step == 0:
@@ -56,9 +75,9 @@ def run_loop(t: "Trainer", stop: "StopRequest") -> dict[str, Any]:
     bar = _progress(t)
     last_val: dict[str, float] | None = None
     while t.step < t.total_steps:
-        if stop.requested:
-            logger.info("stop requested (%s): saving and exiting", stop.reason)
-            summary["stopped_by"] = stop.reason
+        if world.any_rank(stop.requested):
+            logger.info("stop requested (%s): saving and exiting", stop.reason or "signal on another rank")
+            summary["stopped_by"] = stop.reason or "signal"
             break
         if cfg.stage.max_steps is not None and stage_steps >= cfg.stage.max_steps:
             summary["stopped_by"] = "stage.max_steps"
@@ -84,14 +103,15 @@ def run_loop(t: "Trainer", stop: "StopRequest") -> dict[str, Any]:
     if bar is not None:
         bar.close()
     finished = t.step >= t.total_steps
-    if cfg.adaptive_sampling.enabled and cfg.adaptive_sampling.period == "stage" and not finished:
-        new_n = t.ars.end_period(t.step / max(t.total_steps, 1)) if t.ars.num_recorded else t.ars.n
-        logger.info("stage ended at step %d: adaptive sampling n -> %d", t.step, new_n)
+    a = cfg.adaptive_sampling
+    if a.enabled and a.period == "stage" and cfg.stage.end_period_at_stage_end and not finished and t.ars.num_recorded:
+        new_n = t.ars.end_period(t.step / max(t.total_steps, 1))
+        logger.info("stage ended at step %d: adaptive sampling n -> %d for the next stage", t.step, new_n)
     if finished:
         last_val = _validate_and_track(t, log, io, final=True)
     io.save()
     if finished and t.ctx.is_logging_rank:
-        (t.run_dir / COMPLETE_FILE).write_text(f"{t.step}\n")
+        write_finished(t.run_dir, t.step)
     log.close()
     summary.update({"step": t.step, "finished": finished, "val_end": last_val, "train_seconds": t.train_seconds})
     return summary

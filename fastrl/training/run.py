@@ -19,12 +19,27 @@ def _setup_logging(rank: int) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
+def _export_launch_env() -> None:
+    """Under srun or mpirun, set the ``env://`` variables torch.distributed reads (torchrun sets them)."""
+    from fastrl.distributed.launch import export_torch_env, launch_info_from_env
+
+    info = launch_info_from_env()
+    if info.launcher in ("slurm", "mpi"):
+        export_torch_env(info)
+
+
 def run(config: RunConfig) -> int:
-    """Train ``config`` to completion (or to the end of this Slurm stage); return an exit code."""
+    """Train ``config`` to completion (or to the end of this Slurm stage); return an exit code.
+
+    Exit code 0: finished, the stage budget was reached, or a stop signal was honoured after a
+    save. Errors propagate (non-zero exit), so a chained Slurm run stops.
+    """
     import os
 
-    _setup_logging(int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))))
+    _export_launch_env()
+    _setup_logging(int(os.environ.get("RANK", "0")))
     from fastrl.distributed import parallel_state
+    from fastrl.distributed.launch import finalize_mpi
     from fastrl.training.trainer import Trainer
 
     start = time.time()
@@ -33,7 +48,8 @@ def run(config: RunConfig) -> int:
         summary = trainer.fit()
     finally:
         trainer.close()
-        parallel_state.destroy()
+    parallel_state.destroy()
+    finalize_mpi()
     if trainer.ctx.is_logging_rank:
         log = logging.getLogger("fastrl.train")
         summary["wall_seconds"] = time.time() - start

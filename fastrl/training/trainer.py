@@ -22,7 +22,7 @@ from fastrl.algorithms.advantages import grpo_advantages, rloo_advantages
 from fastrl.algorithms.filters import dynamic_sampling_keep, overlong_penalty
 from fastrl.config import RunConfig
 from fastrl.data import Record, ResumableSampler, load_train_val
-from fastrl.distributed import collectives
+from fastrl.distributed import collectives, world
 from fastrl.rollout.engine import RolloutPrompt, Rollouts, SamplingParams
 from fastrl.training.pruner import select_rollouts
 from fastrl.training.prompting import record_prompt
@@ -153,19 +153,10 @@ class Trainer:
     # ---- small distributed helpers ------------------------------------------------------------
 
     def _barrier(self) -> None:
-        import torch.distributed as dist
-
-        if dist.is_initialized() and dist.get_world_size() > 1:
-            dist.barrier()
+        world.barrier()
 
     def _broadcast_object(self, obj: Any) -> Any:
-        import torch.distributed as dist
-
-        if not (dist.is_initialized() and dist.get_world_size() > 1):
-            return obj
-        box = [obj]
-        dist.broadcast_object_list(box, src=0)
-        return box[0]
+        return world.broadcast_object(obj)
 
     # ---- phases -------------------------------------------------------------------------------
 

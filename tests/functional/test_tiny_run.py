@@ -29,7 +29,8 @@ def test_tiny_fastrl_run_metrics_within_thresholds(tmp_path):
         assert r["rollout/n"] == 4
         assert 0.0 <= r["accuracy/mean"] <= 1.0
     assert val[-1]["val/questions"] == 16
-    assert (run_dir / "COMPLETE").read_text().strip() == "3"
+    finished = json.loads((run_dir / "FINISHED").read_text())
+    assert finished["step"] == 3 and finished["finished_at"]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["finished"] is True and summary["step"] == 3
     ckpts = sorted(p.name for p in (run_dir / "checkpoints").iterdir() if p.name.startswith("step_"))

@@ -94,6 +94,7 @@ def test_vllm_tokenizes_like_the_main_environment(run):
             assert sampled["prompt_token_ids"][i] == tok(text, add_special_tokens=False)["input_ids"]
     assert sampled["texts"] == [tok.decode(t, skip_special_tokens=True) for t in sampled["tokens"]]
     assert run["out"]["suppressed_ids"] == run["engine"].suppressed_ids
+    assert run["out"]["pad_token_id"] == run["engine"].pad_token_id
 
 
 def test_generation_with_varying_n(run):

@@ -55,6 +55,7 @@ def main(spec_path: str, out_path: str) -> None:
         engine.generate(prompts, 1, SamplingParams(**{**greedy.__dict__, "stop_token_ids": (stop,)}))
     )
     out["suppressed_ids"] = engine.suppressed_ids
+    out["pad_token_id"] = engine.pad_token_id
 
     # in-place refit (in-process engine: the iterator is consumed lazily)
     perturbed = load_file(spec["perturbed"])

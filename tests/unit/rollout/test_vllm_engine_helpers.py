@@ -55,3 +55,84 @@ def test_buckets_refuse_a_layer_split_across_the_stream():
     ]
     with pytest.raises(ValueError, match="model.layers.0"):
         list(_buckets(items, 1))
+
+
+class _RecordingLLM:
+    """Records the calls the engine makes on ``vllm.LLM`` (sleep mode is GPU-only in vLLM)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def sleep(self, level):
+        self.calls.append(("sleep", level))
+
+    def wake_up(self, tags=None):
+        self.calls.append(("wake_up", tuple(tags) if tags else None))
+
+    def collective_rpc(self, method, kwargs):
+        self.calls.append((method, [name for name, _ in kwargs["weights_iterator"]]))
+
+    def reset_prefix_cache(self):
+        self.calls.append(("reset_prefix_cache",))
+
+
+def _engine_with(llm, *, sleep_enabled=True):
+    from fastrl.rollout.vllm_engine import VLLMRolloutEngine
+
+    engine = VLLMRolloutEngine.__new__(VLLMRolloutEngine)  # no vLLM: only the sleep/refit logic
+    engine.llm, engine.sleep_enabled, engine.refit_bucket_bytes = llm, sleep_enabled, 2**20
+    engine._asleep, engine._weights_awake, engine._prefix_cache_stale = False, True, False
+    engine.weight_version = 0
+    return engine
+
+
+def test_refit_while_asleep_wakes_weights_first_and_kv_cache_later(monkeypatch):
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
+    llm = _RecordingLLM()
+    engine = _engine_with(llm)
+    engine.sleep()
+    engine.sleep()  # idempotent
+    weights = [("model.layers.0.mlp.up_proj.weight", torch.zeros(2)), ("lm_head.weight", torch.zeros(2))]
+    assert engine.update_weights(iter(weights)) == 2
+    engine.wake()
+    engine.wake()  # idempotent
+    assert llm.calls == [
+        ("sleep", 1),
+        ("wake_up", ("weights",)),
+        ("reload_weights", ["model.layers.0.mlp.up_proj.weight", "lm_head.weight"]),
+        ("wake_up", ("kv_cache",)),
+        ("reset_prefix_cache",),
+    ]
+    assert engine.weight_version == 1
+
+
+def test_sleep_wake_without_refit_and_without_sleep_mode():
+    llm = _RecordingLLM()
+    engine = _engine_with(llm)
+    engine.sleep()
+    engine.wake()
+    assert llm.calls == [("sleep", 1), ("wake_up", None)]
+    off = _RecordingLLM()
+    engine = _engine_with(off, sleep_enabled=False)
+    engine.sleep()
+    engine.wake()
+    assert off.calls == []
+
+
+def test_from_pretrained_maps_the_rollout_section(monkeypatch):
+    from fastrl.config import RolloutConfig
+    from fastrl.rollout.vllm_engine import VLLMRolloutEngine
+
+    seen = {}
+
+    def fake_init(self, model_path, **kwargs):
+        seen.update(kwargs, model_path=model_path)
+
+    monkeypatch.setattr(VLLMRolloutEngine, "__init__", fake_init)
+    rollout = RolloutConfig(engine="vllm", engine_tensor_parallel_size=2, gpu_memory_utilization=0.4, seed=9,
+                            sleep_between_steps=False, suppress_special_tokens=True)
+    VLLMRolloutEngine.from_pretrained("/models/x", rollout, max_model_len=1024)
+    assert seen == {
+        "model_path": "/models/x", "tensor_parallel_size": 2, "gpu_memory_utilization": 0.4, "seed": 9,
+        "enable_sleep_mode": False, "suppress_special_tokens": True, "max_model_len": 1024,
+    }

@@ -1,0 +1,39 @@
+"""Whole-world collectives of the trainer's control flow (barriers, agreement on stopping).
+
+No-ops in a single process, so single-process runs take the same code path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+def _multi() -> bool:
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def barrier() -> None:
+    """Wait for every rank."""
+    if _multi():
+        dist.barrier()
+
+
+def broadcast_object(obj: Any, src: int = 0) -> Any:
+    """``obj`` of rank ``src`` on every rank (pickled)."""
+    if not _multi():
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]
+
+
+def any_rank(flag: bool) -> bool:
+    """True on every rank when ``flag`` is true on at least one (a MAX all-reduce of one int)."""
+    if not _multi():
+        return bool(flag)
+    value = torch.tensor([int(bool(flag))], dtype=torch.int64)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())
