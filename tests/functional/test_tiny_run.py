@@ -35,6 +35,16 @@ def test_tiny_fastrl_run_metrics_within_thresholds(tmp_path):
     assert summary["finished"] is True and summary["step"] == 3
     ckpts = sorted(p.name for p in (run_dir / "checkpoints").iterdir() if p.name.startswith("step_"))
     assert ckpts[-1] == "step_00000003"
+    # plots and the run comparison work on a real run directory
+    from tools import compare_runs, plot_run
+
+    written = plot_run.plot(run_dir, tmp_path / "plots")
+    assert [p.name for p in written] == ["reward.png", "accuracy_vs_time.png", "pruning.png", "time_breakdown.png"]
+    assert all(p.stat().st_size > 5000 for p in written)
+    summary_a = compare_runs.summarize(run_dir)
+    assert summary_a["steps"] == 3 and summary_a["mean_n"] == 4 and summary_a["train_time_s"] > 0
+    text = compare_runs.table(summary_a, summary_a, ("a", "b"))
+    assert "speed ratio time(A)/time(B): 1.00x" in text
     # a finished run started again does nothing and exits 0
     again = run_train(tmp_path, "trainer.max_steps=3")
     assert "already complete" in again.stdout + again.stderr
