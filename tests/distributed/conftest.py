@@ -1,5 +1,5 @@
 """Tiny Hugging Face model directories shared by the distributed tests (built once per session):
-a Qwen2 text model (``hf_models.qwen2_dir``) and FastRL's tiny Qwen2.5-VL (``fastrl.models.tiny``)."""
+Qwen2 and Llama text models (``hf_models``) and FastRL's tiny Qwen2.5-VL (``fastrl.models.tiny``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from hf_models import qwen2_dir  # noqa: E402
+from hf_models import llama_dir, qwen2_dir  # noqa: E402
 
 from fastrl.config import ModelConfig  # noqa: E402
 from fastrl.models.tiny import build_tiny_hf_model_dir  # noqa: E402
@@ -30,3 +30,8 @@ def qwen2_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def qwen25vl_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_hf_model_dir(tmp_path_factory.mktemp("qwen25vl") / "model", TINY_VL)
+
+
+@pytest.fixture(scope="session")
+def llama_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return llama_dir(tmp_path_factory.mktemp("llama") / "model")
