@@ -24,7 +24,7 @@ from fastrl.config import RunConfig
 from fastrl.data import Record, ResumableSampler, load_train_val
 from fastrl.distributed import collectives, world
 from fastrl.rollout.engine import RolloutPrompt, Rollouts, SamplingParams
-from fastrl.training.pruner import select_rollouts
+from fastrl.training.pruner import mini_batch_sizes, select_rollouts, trim_to_multiple
 from fastrl.training.prompting import record_prompt
 from fastrl.training.rollout_batch import ScoredRollouts, to_policy_batch
 from fastrl.training.timers import PhaseTimer
@@ -179,13 +179,17 @@ class Trainer:
             )
         return self._prompt_cache[record.question_id]
 
-    def next_prompts(self, step: int) -> list[tuple[int, Record]]:
-        """This DP rank's slice of the step's global prompt batch, as (group id, record)."""
+    def next_prompts(self, step: int, *, round_index: int = 0) -> list[tuple[int, Record]]:
+        """This DP rank's slice of the step's global prompt batch, as (group id, record).
+
+        Group ids are positions in the global batch, offset by ``round_index x prompts`` for the
+        extra generation rounds of DAPO dynamic sampling, so they never collide within a step.
+        """
         count = self.prompts_this_step(self.group_size())
         batch = self.sampler.next_batch(count)
-        self._epochs_completed = batch.epochs_completed
+        self._epochs_completed = getattr(self, "_epochs_completed", 0) * bool(round_index) + batch.epochs_completed
         dp, rank = self.ctx.dp_size, self.ctx.dp_rank
-        pairs = [(g, self.train[i]) for g, i in enumerate(batch.indices)]
+        pairs = [(round_index * count + g, self.train[i]) for g, i in enumerate(batch.indices)]
         return pairs[rank::dp]
 
     def generate(self, prompts: Sequence[tuple[int, Record]], n: int, step: int) -> Rollouts:
@@ -213,16 +217,40 @@ class Trainer:
         return ScoredRollouts(rollouts, group_ids, rewards, accuracy, valid, formatted)
 
     def dynamic_sampling(self, scored: ScoredRollouts, step: int, m: dict) -> ScoredRollouts:
-        """DAPO: drop groups whose accuracy is all 0 or all 1 (filtering on accuracy, not reward)."""
+        """DAPO dynamic sampling: drop groups whose accuracy is all 0 or all 1 (on accuracy, not
+        the shaped reward) and generate more prompts, at most ``max_dynamic_sampling_rounds``
+        extra rounds, until every DP rank holds as many informative groups as it had prompts.
+        When the rounds are exhausted, train on what was collected (warned)."""
         if not self.cfg.algorithm.dynamic_sampling:
             return scored
-        keep = dynamic_sampling_keep(scored.accuracy, scored.group_ids)
-        m["dapo/kept_groups_fraction"] = float(keep.float().mean()) if len(keep) else 0.0
-        if not bool(keep.any()):
-            logger.warning("step %d: DAPO dynamic sampling kept no group; training on the unfiltered batch", step)
+        target = len(scored.rollouts.n_per_prompt)
+        total_groups = target
+        collected = _filter_informative(scored)
+        rounds = 0
+        while world.any_rank(_num_groups(collected) < target) and rounds < self.cfg.algorithm.max_dynamic_sampling_rounds:
+            rounds += 1
+            with self.timer.phase("gen"):
+                prompts = self.next_prompts(step, round_index=rounds)
+                rollouts = self.generate(prompts, self.group_size(), _seed(step, rounds))
+            with self.timer.phase("reward"):
+                extra = self.score(prompts, rollouts, {})
+            total_groups += len(prompts)
+            collected = _concat_scored(collected, _filter_informative(extra))
+        have = _num_groups(collected)
+        m["dapo/extra_rounds"] = float(rounds)
+        m["dapo/informative_group_fraction"] = have / max(total_groups, 1)
+        if world.any_rank(have < target):
+            logger.warning(
+                "step %d: DAPO dynamic sampling found %d of %d informative groups on this rank after %d extra "
+                "round(s) (algorithm.max_dynamic_sampling_rounds); training on what was collected",
+                step, have, target, rounds,
+            )
+        if have == 0:
+            logger.warning("step %d: no informative group at all; training on the unfiltered batch", step)
             return scored
-        rows = torch.nonzero(keep).view(-1).tolist()
-        return _select_scored(scored, rows)
+        groups = sorted(set(collected.group_ids.tolist()), key=collected.group_ids.tolist().index)[:target]
+        wanted = set(groups)
+        return _select_scored(collected, [r for r, g in enumerate(collected.group_ids.tolist()) if g in wanted])
 
     def compute_advantages(self, scored: ScoredRollouts, m: dict) -> None:
         alg = self.cfg.algorithm
@@ -265,9 +293,14 @@ class Trainer:
         offsets = [0]
         for g in gathered:
             offsets.append(offsets[-1] + len(g[0]))
+        whole = self.ctx.dp_size * self.cfg.parallel.micro_batch_size
+        if len(advantages) < multiple:  # a short batch (DAPO ran out of rounds): whole micro-batches only
+            multiple = whole
         generator = torch.Generator().manual_seed(_seed(self.cfg.pruning.seed, step))
         result = select_rollouts(self.cfg.pruning, advantages, group_ids, responses, multiple=multiple, generator=generator)
+        result, dropped = trim_to_multiple(result, advantages, group_ids, whole)
         m.update(result.metrics())
+        m["prune/dropped_for_geometry"] = float(dropped)
         rank = self.ctx.dp_rank
         local = result.keep[offsets[rank] : offsets[rank + 1]]
         self._global_keep, self._offsets = result.keep, offsets
@@ -297,9 +330,8 @@ class Trainer:
         m.update(reduce_mismatch_metrics(mismatch_metrics(old, batch.tensors["engine_log_probs"], batch.response_mask)))
 
     def update(self, batch, m: dict) -> None:
-        rows = len(batch)
-        mini = self.cfg.trainer.mini_batch_prompts * self.group_size() // self.ctx.dp_size
-        per = [mini] * (rows // mini) if rows % mini == 0 else [rows]
+        mini = max(1, self.cfg.trainer.mini_batch_prompts * self.group_size() // self.ctx.dp_size)
+        per = mini_batch_sizes(len(batch), mini, self.cfg.parallel.micro_batch_size)
         collected: dict[str, list[float]] = {}
         for _ in range(self.cfg.algorithm.ppo_epochs):
             start = 0
@@ -366,6 +398,41 @@ class Trainer:
 
         with StopRequest((self.cfg.stage.exit_signal, "TERM")) as stop:
             return run_loop(self, stop)
+
+
+def _num_groups(scored: ScoredRollouts | None) -> int:
+    return 0 if scored is None else len(scored.rollouts.n_per_prompt)
+
+
+def _filter_informative(scored: ScoredRollouts) -> ScoredRollouts | None:
+    """The groups whose accuracy varies (DAPO's filter), or None when there is none."""
+    keep = dynamic_sampling_keep(scored.accuracy, scored.group_ids, valid=scored.valid)
+    rows = torch.nonzero(keep).view(-1).tolist()
+    return _select_scored(scored, rows) if rows else None
+
+
+def _concat_scored(a: ScoredRollouts | None, b: ScoredRollouts | None) -> ScoredRollouts | None:
+    """``a`` followed by ``b`` (prompt indices of ``b`` shifted)."""
+    if a is None or b is None:
+        return a if b is None else b
+    ra, rb = a.rollouts, b.rollouts
+    shift = len(ra.prompts)
+    rollouts = Rollouts(
+        prompts=ra.prompts + rb.prompts,
+        prompt_inputs=ra.prompt_inputs + rb.prompt_inputs,
+        n_per_prompt=ra.n_per_prompt + rb.n_per_prompt,
+        prompt_index=ra.prompt_index + [p + shift for p in rb.prompt_index],
+        response_token_ids=ra.response_token_ids + rb.response_token_ids,
+        logprobs=ra.logprobs + rb.logprobs,
+        finish_reasons=ra.finish_reasons + rb.finish_reasons,
+        response_texts=ra.response_texts + rb.response_texts,
+        metrics={k: ra.metrics.get(k, 0.0) + rb.metrics.get(k, 0.0) for k in ra.metrics},
+    )
+    cat = lambda x, y: torch.cat([x, y])  # noqa: E731
+    return ScoredRollouts(
+        rollouts, cat(a.group_ids, b.group_ids), cat(a.rewards, b.rewards), cat(a.accuracy, b.accuracy),
+        cat(a.valid, b.valid), cat(a.formatted, b.formatted),
+    )
 
 
 def _select_scored(scored: ScoredRollouts, rows: list[int]) -> ScoredRollouts:

@@ -69,7 +69,5 @@ def test_llama_with_tied_embeddings_goes_through_the_same_path(llama_path):
     batch = make_batch()
     expected = hf_log_probs(llama_path, batch)
     results = run_distributed(log_probs_worker, 2, llama_path, 2, 1, False)
-    got = _assemble(results)
-    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
-    exported = results[0]["exported"]
-    assert "model.embed_tokens.weight" in exported
+    _assert_export_is_exact(results, llama_path)
+    torch.testing.assert_close(_assemble(results), expected, rtol=1e-4, atol=1e-5)
