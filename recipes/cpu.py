@@ -1,6 +1,7 @@
 """CPU recipes: a tiny Qwen2.5-VL-architecture policy on the embedded easy-vqa data.
 
-Layout: one process (TP=1, PP=1, DP=1), fp32, in-process Hugging Face rollout engine.
+Layout: one process (TP=1, PP=1, DP=1), micro-batch 16 rollouts, fp32, in-process Hugging Face
+rollout engine.
 Batch: 32 prompts x n=8 rollouts per step; policy update in mini-batches of 16 prompts.
 Optimizer: Adam lr 1e-4 (3e-4 was unstable for this model size), 120 steps after a supervised
 warm start (vision warm-up through attribute heads, then SFT on formatted answers).
@@ -17,6 +18,7 @@ from fastrl.config import (
     LoggingConfig,
     ModelConfig,
     OptimizerConfig,
+    ParallelConfig,
     PruningConfig,
     RewardConfig,
     RolloutConfig,
@@ -31,6 +33,7 @@ def _tiny_base(name: str) -> RunConfig:
     return RunConfig(
         recipe=name,
         model=ModelConfig(source="tiny"),
+        parallel=ParallelConfig(micro_batch_size=16),
         rollout=RolloutConfig(
             engine="hf", n=8, prompts_per_step=32, temperature=1.0, max_response_length=24,
             max_prompt_length=96,
@@ -44,7 +47,7 @@ def _tiny_base(name: str) -> RunConfig:
         data=DataConfig(dataset="easy_vqa", template="easy_vqa_thinking", image_size=56, val_size=2000),
         reward=RewardConfig(name="easy_vqa_strict"),
         optimizer=OptimizerConfig(lr=1e-4, weight_decay=1e-2, clip_grad=1.0),
-        warm_start=WarmStartConfig(enabled=True, vision_warmup_steps=150, sft_steps=25),
+        warm_start=WarmStartConfig(enabled=True, vision_warmup_steps=150, sft_steps=60),
         trainer=TrainerConfig(epochs=1, max_steps=120, mini_batch_prompts=16, val_every=40),
         logging=LoggingConfig(output_dir="runs"),
     )

@@ -160,37 +160,60 @@ def repartition(batch: PolicyBatch, outcome: DPPruneOutcome) -> PolicyBatch:
         group, pickled :class:`PolicyBatch` rows (their tensors' bytes plus a small header).
 
     Raises:
-        ValueError: the kept count is not a positive multiple of the DP size.
+        ValueError: the kept count is not a positive multiple of the DP size, or ``batch`` does not
+            hold the rows this rank reported.
     """
-    inputs, keep = outcome.inputs, outcome.keep
-    kept = torch.nonzero(keep).flatten().tolist()
-    owners = inputs.owners[kept].tolist()
-    lengths = inputs.lengths[kept].tolist()
+    inputs = outcome.inputs
+    return _move_kept(batch, outcome.keep, inputs.owners, inputs.local_index, inputs.lengths)
+
+
+def repartition_kept(batch: PolicyBatch, keep: torch.Tensor, offsets: Sequence[int]) -> PolicyBatch:
+    """:func:`repartition` from a global keep mask over rollouts concatenated in DP-rank order.
+
+    Args:
+        batch: every local rollout of this rank (kept or not), in the order used for ``keep``.
+        keep: bool [N], the global keep mask (identical on every rank).
+        offsets: DP rank ``r`` owns global rows ``offsets[r]:offsets[r + 1]`` (``d + 1`` values).
+
+    Token lengths are all-gathered over DP here (8 bytes per rollout).
+    """
     ranks = collectives.dp_size()
-    targets = balanced_assignment(lengths, owners, ranks)
+    if len(offsets) != ranks + 1 or offsets[-1] != len(keep):
+        raise ValueError(f"offsets {list(offsets)} do not split {len(keep)} rollouts over {ranks} DP ranks")
+    owners = torch.cat([torch.full((offsets[r + 1] - offsets[r],), r, dtype=torch.int64) for r in range(ranks)])
+    local_index = torch.cat([torch.arange(offsets[r + 1] - offsets[r], dtype=torch.int64) for r in range(ranks)])
+    lengths = torch.cat(collectives.all_gather_dp(batch.lengths))
+    return _move_kept(batch, torch.as_tensor(keep, dtype=torch.bool), owners, local_index, lengths)
+
+
+def _move_kept(
+    batch: PolicyBatch, keep: torch.Tensor, owners: torch.Tensor, local_index: torch.Tensor, lengths: torch.Tensor
+) -> PolicyBatch:
+    kept = torch.nonzero(keep).flatten().tolist()
+    kept_owners = owners[kept].tolist()
+    ranks = collectives.dp_size()
+    targets = balanced_assignment(lengths[kept].tolist(), kept_owners, ranks)
     me = collectives.dp_rank()
-    if len(batch) != int((inputs.owners == me).sum()):
-        raise ValueError(f"this rank holds {len(batch)} rollouts but reported {int((inputs.owners == me).sum())} for pruning")
+    if len(batch) != int((owners == me).sum()):
+        raise ValueError(f"this rank holds {len(batch)} rollouts but reported {int((owners == me).sum())} for pruning")
     plan = [[[] for _ in range(ranks)] for _ in range(ranks)]  # plan[src][dst] -> global indices
-    for g, src, dst in zip(kept, owners, targets):
+    for g, src, dst in zip(kept, kept_owners, targets):
         plan[src][dst].append(g)
     outgoing: list[PolicyBatch | None] = [None] * ranks
     for dst in range(ranks):
-        rows = [int(inputs.local_index[g]) for g in plan[me][dst]]
-        if rows and dst != me:
-            outgoing[dst] = batch.select(rows)
+        if plan[me][dst] and dst != me:
+            outgoing[dst] = batch.select([int(local_index[g]) for g in plan[me][dst]])
     counts = [[len(plan[s][d]) for d in range(ranks)] for s in range(ranks)]
     incoming = collectives.exchange_objects_dp(outgoing, counts)
-    pieces: list[tuple[list[int], PolicyBatch]] = []
+    pieces: list[PolicyBatch] = []
     for src in range(ranks):
         if not plan[src][me]:
             continue
         if src == me:
-            piece = batch.select([int(inputs.local_index[g]) for g in plan[me][me]])
+            pieces.append(batch.select([int(local_index[g]) for g in plan[me][me]]))
         else:
-            piece = incoming[src]
-        pieces.append((plan[src][me], piece))
-    return concat_batches([p for _, p in pieces])
+            pieces.append(incoming[src])
+    return concat_batches(pieces)
 
 
 def concat_batches(batches: Sequence[PolicyBatch]) -> PolicyBatch:

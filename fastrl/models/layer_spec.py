@@ -64,15 +64,18 @@ def dtype_settings(precision: PrecisionConfig) -> dict[str, Any]:
     return {"bf16": True, "fp16": False, "params_dtype": torch.bfloat16, "pipeline_dtype": torch.bfloat16}
 
 
-def choose_layers(precision: PrecisionConfig, *, te_available: bool | None = None) -> LayerChoice:
+def choose_layers(
+    precision: PrecisionConfig, *, sequence_parallel: bool = False, te_available: bool | None = None
+) -> LayerChoice:
     """Pick the layer spec and its config fields for ``precision``.
 
     The TE spec is used whenever Transformer Engine is importable (GPU clusters), the local spec
     otherwise. ``te_available`` overrides the detection (tests).
 
     Raises:
-        ConfigError: FP8 requested but Transformer Engine is not installed, or an unsupported
-            FP8 combination (see :func:`fp8_settings`).
+        ConfigError: FP8 requested but Transformer Engine is not installed, sequence parallelism
+            without Transformer Engine (megatron-core's local spec uses torch norms, which do not
+            support it), or an unsupported FP8 combination (see :func:`fp8_settings`).
     """
     from fastrl.models.bridge_compat import import_auto_bridge
 
@@ -85,6 +88,12 @@ def choose_layers(precision: PrecisionConfig, *, te_available: bool | None = Non
             f"precision.mode='fp8' (format {precision.fp8_format!r}, recipe {precision.fp8_recipe!r}) "
             "needs NVIDIA Transformer Engine layers, and Transformer Engine is not installed; "
             "install requirements/gpu.txt on a CUDA machine or set precision.mode=bf16"
+        )
+    if sequence_parallel and not have_te:
+        raise ConfigError(
+            "parallel.sequence_parallel=true needs Transformer Engine layers (megatron-core's local "
+            "layer spec uses torch norms without sequence-parallel support); set "
+            "parallel.sequence_parallel=false on machines without Transformer Engine"
         )
     overrides = {**dtype_settings(precision), **fp8_settings(precision)}
     if have_te:

@@ -138,7 +138,7 @@ def build_policy(
     model = model or ModelConfig()
     arch = read_model_type(hf_dir)
     is_vl = arch == "qwen2_5_vl"
-    layers = choose_layers(precision)
+    layers = choose_layers(precision, sequence_parallel=parallel.sequence_parallel)
     AutoBridge = import_auto_bridge()
     if cpu_compat.applied():
         cpu_compat.apply()  # reach the megatron modules the bridge import loaded

@@ -134,9 +134,8 @@ class Actor:
         """
         alg = self.algorithm
         t = mb.tensors
-        missing = [k for k in REQUIRED_TENSORS if k not in t]
-        if alg.use_kl_loss and alg.kl_coef > 0:
-            missing += [] if "ref_log_probs" in t else ["ref_log_probs"]
+        use_kl = alg.use_kl_loss and alg.kl_coef > 0
+        missing = [k for k in (*REQUIRED_TENSORS, *(("ref_log_probs",) if use_kl else ())) if k not in t]
         if missing:
             raise KeyError(f"the batch lacks {missing}; the actor update needs {list(REQUIRED_TENSORS)} (+ ref_log_probs with KL loss)")
         mask = mb.response_mask
@@ -162,7 +161,7 @@ class Actor:
             )  # fmt: skip
         metrics = {f"actor/{k}": v for k, v in metrics.items()}
         metrics["actor/pg_loss"] = loss.detach()
-        if alg.use_kl_loss and alg.kl_coef > 0:
+        if use_kl:
             kl, kl_metrics = kl_loss(
                 log_probs, t["ref_log_probs"], mask, global_denominator=global_denominator,
                 estimator=alg.kl_estimator, agg_mode=self.agg_mode,

@@ -35,6 +35,22 @@ def test_loss_and_gradients_match_single_process_hf(qwen2_path, world, tp, pp):
         torch.testing.assert_close(grads[name], g, rtol=1e-4, atol=1e-6, msg=lambda m: f"{name}: {m}")
 
 
+@pytest.mark.parametrize(
+    "world, tp, pp, loss_type",
+    [pytest.param(2, 1, 1, "gspo", id="dp2-gspo"), pytest.param(2, 1, 2, "gspo_token", id="pp2-gspo_token")],
+)
+def test_sequence_level_losses_match_single_process_hf(qwen2_path, world, tp, pp, loss_type):
+    """GSPO aggregates per response (global denominator = responses of the mini-batch). The clip
+    range is widened so that the test batch's sequence ratios (~1.07) are not all clipped."""
+    algorithm = AlgorithmConfig(loss_type=loss_type, loss_agg="seq_mean_token_mean", gspo_clip_low=0.2, gspo_clip_high=0.2)
+    expected_loss, expected_grads = hf_loss_and_grads(qwen2_path, algorithm)
+    results = run_distributed(train_worker, world, qwen2_path, tp, pp, algorithm, distributed_optimizer=False, step=False)
+    assert results[0]["metrics"]["actor/loss"] == pytest.approx(expected_loss, rel=1e-5, abs=1e-7)
+    assert results[0]["metrics"]["actor/seq_clipfrac"] < 1  # the policy-gradient term has a gradient
+    for name, g in expected_grads.items():
+        torch.testing.assert_close(results[0]["tensors"][name], g, rtol=1e-4, atol=1e-6, msg=lambda m: f"{name}: {m}")
+
+
 def test_distributed_optimizer_step_matches_single_process(qwen2_path):
     """DP=2 x TP=2 with the DistributedOptimizer (sharded Adam state, global-norm clipping) takes
     the same step as one process."""

@@ -119,7 +119,7 @@ def hf_loss_and_grads(hf_dir: Path, algorithm) -> tuple[float, dict[str, torch.T
     """Reference loss and gradients: a plain Hugging Face forward/backward of the whole batch."""
     from transformers import AutoModelForCausalLM
 
-    from fastrl.algorithms.losses import kl_loss, loss_denominator, ppo_clip_loss
+    from fastrl.algorithms.losses import gspo_loss, kl_loss, loss_denominator, ppo_clip_loss
 
     batch = make_train_batch(hf_dir)
     model = AutoModelForCausalLM.from_pretrained(hf_dir, torch_dtype=torch.float32)
@@ -129,10 +129,17 @@ def hf_loss_and_grads(hf_dir: Path, algorithm) -> tuple[float, dict[str, torch.T
     agg = algorithm.loss_agg.replace("_", "-")
     den = loss_denominator(batch.response_mask, agg)
     t = batch.tensors
-    pg, _ = ppo_clip_loss(
-        lp, t["old_log_probs"], t["advantages"], batch.response_mask, global_denominator=den,
-        clip_low=algorithm.clip_low, clip_high=algorithm.clip_high, dual_clip=algorithm.dual_clip_c, agg_mode=agg,
-    )  # fmt: skip
+    if algorithm.loss_type == "ppo":
+        pg, _ = ppo_clip_loss(
+            lp, t["old_log_probs"], t["advantages"], batch.response_mask, global_denominator=den,
+            clip_low=algorithm.clip_low, clip_high=algorithm.clip_high, dual_clip=algorithm.dual_clip_c, agg_mode=agg,
+        )  # fmt: skip
+    else:
+        pg, _ = gspo_loss(
+            lp, t["old_log_probs"], t["advantages"], batch.response_mask, global_denominator=den,
+            clip_low=algorithm.gspo_clip_low, clip_high=algorithm.gspo_clip_high,
+            variant="token" if algorithm.loss_type == "gspo_token" else "sequence", agg_mode=agg,
+        )  # fmt: skip
     kl, _ = kl_loss(lp, t["ref_log_probs"], batch.response_mask, global_denominator=den, estimator=algorithm.kl_estimator, agg_mode=agg)
     loss = pg + algorithm.kl_coef * kl
     loss.backward()
@@ -244,6 +251,9 @@ def pruning_worker(tp: int, num_groups: int, n: int, multiple: int, mode: str) -
 
     outcome = dp_pruning.dp_global_prune(local, prune)
     mine = dp_pruning.repartition(local_batch, outcome)
+    offsets = [sum(sizes[:r]) for r in range(ctx.dp_size + 1)]
+    same = dp_pruning.repartition_kept(local_batch, outcome.keep, offsets)  # the trainer's entry point
+    assert torch.equal(same.input_ids, mine.input_ids) and torch.equal(same.tensors["advantages"], mine.tensors["advantages"])
     logged = dp_pruning.gather_for_logging(local.advantages)
     return {
         "dp_rank": ctx.dp_rank,

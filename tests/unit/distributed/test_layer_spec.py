@@ -59,3 +59,9 @@ def test_without_transformer_engine_the_local_spec_is_used(mode, dtype):
     assert choice.config_overrides["params_dtype"] == dtype
     assert choice.config_overrides["bf16"] is (mode == "bf16")
     assert "fp8" not in choice.config_overrides
+
+
+def test_sequence_parallel_without_transformer_engine_is_refused():
+    with pytest.raises(ConfigError, match="sequence_parallel=true needs Transformer Engine"):
+        choose_layers(PrecisionConfig(mode="bf16"), sequence_parallel=True, te_available=False)
+    assert choose_layers(PrecisionConfig(mode="bf16"), sequence_parallel=True, te_available=True).impl == "transformer_engine"

@@ -1,0 +1,51 @@
+"""Functions run on every rank by the conversion tests (importable by spawned processes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+def _init(tp: int, pp: int):
+    from fastrl.config import ParallelConfig
+    from fastrl.distributed import parallel_state
+
+    parallel = ParallelConfig(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, backend="gloo")
+    parallel_state.initialize(parallel, seed=1)
+    return parallel
+
+
+def round_trip_worker(hf_dir: Path, root: Path, import_layout: tuple[int, int], export_layout: tuple[int, int]) -> dict[str, Any]:
+    """Import ``hf_dir`` at ``import_layout``, compute the megatron logits of the verification input
+    from the imported checkpoint at that layout, then export it at ``export_layout``."""
+    import torch.distributed as dist
+
+    from fastrl.models import conversion
+    from tools.verify_conversion import policy_batch, sample_inputs
+
+    parallel = _init(*import_layout)
+    imported = conversion.import_hf(hf_dir, root / "imported", parallel=parallel)
+    checkpoint = conversion.resolve_checkpoint(imported)
+    policy = conversion.load_policy(checkpoint, imported / conversion.HF_FILES_DIR, parallel=parallel)
+    logits = conversion.megatron_logits(policy, policy_batch(sample_inputs(hf_dir)))
+    del policy
+    parallel = _init(*export_layout)
+    conversion.export_hf(imported, root / "exported", parallel=parallel, progress=False)
+    return {"rank": dist.get_rank(), "logits": logits}
+
+
+def trained_logits_worker(ckpt: Path, inputs_dir: Path) -> torch.Tensor:
+    """Logits of the verification input under the actor loaded from the trainer checkpoint ``ckpt``
+    (the model rebuilt from the run's config, as the export does)."""
+    import tempfile
+
+    from fastrl.models import conversion
+    from tools.verify_conversion import policy_batch, sample_inputs
+
+    parallel = _init(1, 1)
+    checkpoint = conversion.resolve_checkpoint(ckpt)
+    template = conversion.model_template_dir(checkpoint, hf=None, scratch=Path(tempfile.mkdtemp()))
+    policy = conversion.load_policy(checkpoint, template, parallel=parallel)
+    return conversion.megatron_logits(policy, policy_batch(sample_inputs(inputs_dir)))
