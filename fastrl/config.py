@@ -577,18 +577,27 @@ class RunConfig:
             f"trainer.mini_batch_prompts ({mb})",
         )
         if self.parallel.world_size is not None:
-            dp, mbs = self.parallel.dp_size(), self.parallel.micro_batch_size
-            rollouts = mb * n
-            _check(
-                rollouts % (dp * mbs) == 0,
-                f"the mini-batch of {mb} prompts x n={n} = {rollouts} rollouts is not divisible by "
-                f"dp_size ({dp}) x parallel.micro_batch_size ({mbs}) = {dp * mbs}",
-            )
+            self.check_layout(self.parallel.world_size)
         if self.algorithm.dynamic_sampling:
             _check(
                 self.algorithm.advantage_estimator != "rloo" or n >= 2,
                 "DAPO dynamic sampling needs n >= 2",
             )
+
+    def check_layout(self, world_size: int) -> None:
+        """Validate the update geometry for ``world_size`` processes (the launcher's, at start-up).
+
+        Raises:
+            ConfigError: the mini-batch in rollouts is not divisible by dp_size x micro_batch_size.
+        """
+        dp, mbs = self.parallel.dp_size(world_size), self.parallel.micro_batch_size
+        mb, n = self.trainer.mini_batch_prompts, self.rollout.n
+        rollouts = mb * n
+        _check(
+            rollouts % (dp * mbs) == 0,
+            f"the mini-batch of {mb} prompts x n={n} = {rollouts} rollouts is not divisible by "
+            f"dp_size ({dp}) x parallel.micro_batch_size ({mbs}) = {dp * mbs}",
+        )
 
     # ---- derived settings the trainer documents in its log ----------------------------------
 

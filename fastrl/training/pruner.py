@@ -35,7 +35,7 @@ def select_rollouts(
     cfg: PruningConfig,
     advantages: torch.Tensor,
     group_ids: torch.Tensor,
-    responses: Sequence[torch.Tensor],
+    responses: "Sequence[torch.Tensor] | ResponseSketch",
     *,
     multiple: int,
     generator: torch.Generator,
@@ -43,18 +43,22 @@ def select_rollouts(
     """Run ``cfg.method`` on the global batch.
 
     Args:
-        advantages: float [N]; group_ids: int64 [N]; responses: N int64 [L_i] token-id tensors.
+        advantages: float [N]; group_ids: int64 [N]; responses: N int64 [L_i] token-id tensors,
+            or their MinHash sketch (``similarity_mode="minhash"``; what DP ranks exchange).
         multiple: the kept count is refilled to a multiple of this (spec 2.3).
         generator: seeded generator of the random and advantage-only pruners.
     """
-    lengths = torch.tensor([int(r.numel()) for r in responses], dtype=torch.long)
+    from fastrl.algorithms.minhash import ResponseSketch, minhash_sketch
+
+    if isinstance(responses, ResponseSketch):
+        lengths = torch.as_tensor(responses.to_tensors()[1], dtype=torch.long)
+    else:
+        lengths = torch.tensor([int(r.numel()) for r in responses], dtype=torch.long)
     common = dict(multiple=multiple, refill=cfg.refill, allow_padding=cfg.allow_padding)
     if cfg.method == "none":
         return keep_all(group_ids, lengths)
     if cfg.method == "fastrl":
-        if cfg.similarity_mode == "minhash":
-            from fastrl.algorithms.minhash import minhash_sketch
-
+        if cfg.similarity_mode == "minhash" and not isinstance(responses, ResponseSketch):
             responses = minhash_sketch(responses, num_bins=cfg.minhash_num_perm, ngram=cfg.ngram)
         result = P.mdap_select(
             advantages, group_ids, responses, similarity_threshold=cfg.similarity_threshold,

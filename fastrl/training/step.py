@@ -23,15 +23,13 @@ def train_step(t: "Trainer", step: int) -> dict[str, float]:
         scored = t.score(prompts, rollouts, m)
     scored = t.dynamic_sampling(scored, step, m)                         # DAPO filter (+ extra rounds)
     t.compute_advantages(scored, m)                                      # 4. advantages, full batch
+    batch = t.policy_batch(scored, range(len(scored)))                   # this rank's rollouts
     early = t.cfg.logprobs_before_pruning
-    batch = t.policy_batch(scored, range(len(scored))) if early else None
     if early:
         t.add_logprobs(batch, m)                                         # (old/ref before pruning)
-    with t.timer.phase("prune"):                                         # 5-6. DP-global pruning
-        kept, prune = t.prune(scored, step, m)
-    with t.timer.phase("prune"):                                         # 7. refill + re-partition
-        rows = t.repartition(scored, kept, m)
-    batch = batch.select(rows) if early else t.policy_batch(scored, rows)
+    with t.timer.phase("prune"):                                         # 5-7. DP-global pruning,
+        prune = t.prune(scored, batch, step, m)                          #      refill,
+        batch = t.repartition(batch, prune, m)                           #      re-partition over DP
     if not early:
         t.add_logprobs(batch, m)                                         # 8. old/ref on kept rows
     with t.timer.phase("update"):                                        # 9. policy update

@@ -55,6 +55,7 @@ class Trainer:
         self.run_dir = Path(run_dir or Path(config.logging.output_dir) / (config.logging.run_name or config.recipe))
         torch.set_num_threads(config.trainer.torch_threads)
         self.ctx = parallel_state.initialize(config.parallel, seed=config.trainer.seed)
+        config.check_layout(self.ctx.world_size)
         self.timer = PhaseTimer(sync=torch.cuda.synchronize if self.ctx.device.type == "cuda" else None)
         self.step = 0
         self.best_val: float | None = None
@@ -280,38 +281,46 @@ class Trainer:
     def policy_batch(self, scored: ScoredRollouts, rows: Sequence[int]):
         return to_policy_batch(scored, list(rows), pad_token_id=self.engine.pad_token_id)
 
-    def prune(self, scored: ScoredRollouts, step: int, m: dict):
-        """DP-global pruning: every rank runs the same selection on the gathered metadata."""
-        n = self.group_size()
-        multiple = self.cfg.update_multiple(self.ctx.dp_size, n=n)
-        gathered = collectives.all_gather_objects_dp(
-            (scored.advantages, scored.group_ids, [t for t in scored.rollouts.response_token_ids])
-        )
-        advantages = torch.cat([g[0] for g in gathered])
-        group_ids = torch.cat([g[1] for g in gathered])
-        responses = [r for g in gathered for r in g[2]]
-        offsets = [0]
-        for g in gathered:
-            offsets.append(offsets[-1] + len(g[0]))
-        whole = self.ctx.dp_size * self.cfg.parallel.micro_batch_size
-        if len(advantages) < multiple:  # a short batch (DAPO ran out of rounds): whole micro-batches only
-            multiple = whole
-        generator = torch.Generator().manual_seed(_seed(self.cfg.pruning.seed, step))
-        result = select_rollouts(self.cfg.pruning, advantages, group_ids, responses, multiple=multiple, generator=generator)
-        result, dropped = trim_to_multiple(result, advantages, group_ids, whole)
-        m.update(result.metrics())
-        m["prune/dropped_for_geometry"] = float(dropped)
-        rank = self.ctx.dp_rank
-        local = result.keep[offsets[rank] : offsets[rank + 1]]
-        self._global_keep, self._offsets = result.keep, offsets
-        return torch.nonzero(local).view(-1).tolist(), result
+    def prune(self, scored: ScoredRollouts, batch, step: int, m: dict):
+        """DP-global pruning: gather the metadata over DP, run the same selection on every rank."""
+        from fastrl.algorithms.minhash import ResponseSketch, minhash_sketch
+        from fastrl.distributed.dp_pruning import LocalPruningInputs, dp_global_prune
 
-    def repartition(self, scored: ScoredRollouts, kept: list[int], m: dict) -> list[int]:
-        """Rows of ``scored`` this rank trains on (single DP rank: the kept rows)."""
-        if self.ctx.dp_size > 1:
-            raise NotImplementedError("re-partition across DP ranks is not wired into the trainer yet")
-        m["prune/kept_rows_this_rank"] = float(len(kept))
-        return kept
+        cfg = self.cfg.pruning
+        multiple = self.cfg.update_multiple(self.ctx.dp_size, n=self.group_size())
+        whole = self.ctx.dp_size * self.cfg.parallel.micro_batch_size
+        responses = list(scored.rollouts.response_token_ids)
+        common = dict(group_ids=scored.group_ids, advantages=scored.advantages, lengths=batch.lengths)
+        if cfg.method == "fastrl" and cfg.similarity_mode == "minhash":
+            sig, lens = minhash_sketch(responses, num_bins=cfg.minhash_num_perm, ngram=cfg.ngram).to_tensors()
+            local = LocalPruningInputs(**common, signatures=sig, response_lengths=lens)
+        else:
+            local = LocalPruningInputs(**common, responses=responses)
+        generator = torch.Generator().manual_seed(_seed(cfg.seed, step))
+
+        def select(g):
+            mult = whole if len(g) < multiple else multiple  # a short batch (DAPO): whole micro-batches
+            resp = g.responses
+            if resp is None:
+                resp = ResponseSketch.from_tensors(g.signatures, g.response_lengths, ngram=cfg.ngram, seed=0)
+            result = select_rollouts(cfg, g.advantages.float(), g.group_ids, resp, multiple=mult, generator=generator)
+            result, dropped = trim_to_multiple(result, g.advantages, g.group_ids, whole)
+            m["prune/dropped_for_geometry"] = float(dropped)
+            return result
+
+        self._prune_outcome = dp_global_prune(local, select)
+        result = self._prune_outcome.result
+        m.update(result.metrics())
+        return result
+
+    def repartition(self, batch, prune, m: dict):
+        """The kept rollouts this DP rank trains on: equal counts on every rank and near-equal
+        token loads, moving as few rollouts between ranks as a balanced partition allows."""
+        from fastrl.distributed.dp_pruning import repartition
+
+        out = repartition(batch, self._prune_outcome)
+        m["prune/kept_rows_this_rank"] = float(len(out))
+        return out
 
     def add_logprobs(self, batch, m: dict) -> None:
         from fastrl.training.logprobs import mismatch_metrics, reduce_mismatch_metrics
