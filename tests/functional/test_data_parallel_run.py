@@ -1,0 +1,28 @@
+"""The trainer with two data-parallel ranks (torchrun, gloo): DP-global pruning and re-partition."""
+
+import os
+import subprocess
+import sys
+
+from tests.functional.conftest import REPO, TINY, read_jsonl
+
+
+def test_two_data_parallel_ranks(tmp_path):
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+        "-m", "fastrl.train", "--recipe", "easyvqa_tiny_fastrl_grpo_cpu", *TINY,
+        f"logging.output_dir={tmp_path}", "trainer.max_steps=2", "parallel.micro_batch_size=2",
+    ]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    train = [r for r in read_jsonl(tmp_path / "easyvqa_tiny_fastrl_grpo_cpu" / "metrics.jsonl") if r["kind"] == "train"]
+    assert [r["step"] for r in train] == [1, 2]
+    for r in train:
+        # pruning saw the global batch (4 prompts x 4 over both ranks), not one rank's half
+        assert r["prune/num_rollouts"] == 16
+        # every rank trains on the same number of kept rollouts: half of the global kept count
+        assert r["prune/kept_rows_this_rank"] * 2 == r["prune/num_kept"]
+        assert r["prune/num_kept"] % 8 == 0
+        assert r["mismatch/abs_diff_max"] < 1e-4
+    assert (tmp_path / "easyvqa_tiny_fastrl_grpo_cpu" / "FINISHED").exists()
