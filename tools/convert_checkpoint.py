@@ -101,7 +101,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         if args.command == "export":  # cheap checks first, before starting the model-parallel group
-            conversion.resolve_checkpoint(args.ckpt, args.step)
+            checkpoint = conversion.resolve_checkpoint(args.ckpt, args.step)
+            if checkpoint.kind == "trainer" and args.hf is None:
+                conversion.read_train_state(checkpoint.path)
         if args.out.exists():
             raise conversion.ConversionError(f"output {args.out} already exists; remove it or choose another path")
         parallel = _init_distributed(args.tp, args.pp)
@@ -117,9 +119,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return 1
     finally:
-        from fastrl.distributed import parallel_state
+        import torch.distributed as dist
 
-        parallel_state.destroy()
+        if dist.is_initialized():
+            from fastrl.distributed import parallel_state
+
+            parallel_state.destroy()
     if rank == 0:
         print(f"{PROG}: wrote {out}")
     return 0

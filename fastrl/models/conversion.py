@@ -20,8 +20,12 @@ Layout of an imported checkpoint::
     DIR/actor/              megatron dist_checkpointing of {"model": <sharded state dict>}
     DIR/hf/                 config.json, generation config, tokenizer and processor files of the
                             source model (no weights): the architecture to build before loading
-    DIR/fastrl_import.json  source Hugging Face directory, model type, TP/PP and dtype written
+    DIR/fastrl_import.json  source Hugging Face directory, model type, TP/PP and dtype written,
+                            and the Hugging Face weight names (megatron-bridge needs them to export)
     DIR/COMPLETE            marker in the format of fastrl.checkpoint.manager (files + sizes)
+
+The trainer starts from it with ``build_policy(DIR/hf, ..., load_weights=False)`` followed by
+:func:`load_megatron_checkpoint` (any TP/PP: dist_checkpointing reshards).
 
 Every checkpoint is checked with :meth:`CheckpointManager.verify` before it is read, so a
 truncated or partly copied one fails with a :class:`CheckpointError` naming the file.
@@ -457,6 +461,22 @@ def hf_weight_names(hf_dir: Path) -> list[str]:
     if not names:
         raise ConversionError(f"{hf_dir} holds no safetensors weights (*.safetensors or *.safetensors.index.json)")
     return sorted(names)
+
+
+def load_megatron_checkpoint(policy, path: str | os.PathLike) -> ResolvedCheckpoint:
+    """Load the model weights of an imported (or trainer) checkpoint into a built ``policy``.
+
+    For ``model.megatron_checkpoint``: build the policy from ``path/hf`` with
+    ``build_policy(..., load_weights=False)`` at the run's layout, then call this (collective).
+    Optimizer state, if any, is not loaded.
+
+    Raises:
+        CheckpointError: incomplete, truncated or corrupted checkpoint (names the file), or one
+            holding another model.
+    """
+    checkpoint = resolve_checkpoint(path)
+    load_actor_weights(policy, checkpoint.path / ACTOR_DIR)
+    return checkpoint
 
 
 def load_actor_weights(policy, actor_dir: Path) -> None:

@@ -107,6 +107,8 @@ def run_loop(t: "Trainer", stop: "StopRequest") -> dict[str, Any]:
     if a.enabled and a.period == "stage" and cfg.stage.end_period_at_stage_end and not finished and t.ars.num_recorded:
         new_n = t.ars.end_period(t.step / max(t.total_steps, 1))
         logger.info("stage ended at step %d: adaptive sampling n -> %d for the next stage", t.step, new_n)
+        decision = {f"ars/{k}": float(v) for k, v in t.ars.last_decision.items() if isinstance(v, (int, float))}
+        log.log(t.step, {"ars/new_n": float(new_n), **decision}, kind="stage_end")
     if finished:
         last_val = _validate_and_track(t, log, io, final=True)
     io.save()

@@ -121,17 +121,17 @@ def trim_to_multiple(
 def mini_batch_sizes(rows: int, mini: int, micro: int) -> list[int]:
     """Sizes of the policy-update mini-batches of ``rows`` rollouts on one rank.
 
-    ``mini`` rollouts each when ``rows`` is a multiple of it; otherwise ``round(rows / mini)``
-    (at least 1) mini-batches as equal as possible, each a multiple of the micro-batch ``micro``.
+    About ``rows / mini`` mini-batches (at least one), as equal as possible, each a whole number of
+    micro-batches of ``micro`` rollouts: exactly ``mini`` each when ``rows`` is a multiple of
+    ``mini`` and ``mini`` a multiple of ``micro`` (the usual case; the adaptive sampler's odd group
+    sizes and DAPO's short batches give the others).
 
     Raises:
         ValueError: ``rows`` is not a multiple of ``micro``.
     """
     if rows % micro:
         raise ValueError(f"{rows} rollouts cannot be split into micro-batches of {micro}")
-    if rows % mini == 0:
-        return [mini] * (rows // mini)
-    count = max(1, round(rows / mini))
     units = rows // micro
+    count = max(1, min(units, round(rows / mini)))
     base, extra = divmod(units, count)
-    return [(base + (1 if i < extra else 0)) * micro for i in range(count) if base + (1 if i < extra else 0) > 0]
+    return [(base + (1 if i < extra else 0)) * micro for i in range(count)]

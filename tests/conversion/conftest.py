@@ -18,9 +18,9 @@ sys.path.insert(0, str(HERE.parent / "distributed"))  # launcher.run_distributed
 from fastrl.config import ModelConfig  # noqa: E402
 from fastrl.models.tiny import build_tiny_hf_model_dir  # noqa: E402
 
-#: Tiny Qwen2.5-VL with tied embeddings; TP=2 divides the 4 query / 2 key-value heads, the 2 vision
+#: Tiny Qwen2.5-VL (built with tied and with untied embeddings); TP=2 divides the 4 query / 2 key-value heads, the 2 vision
 #: heads and the 128-token vocabulary, PP=2 the 2 layers.
-TIED_VL = ModelConfig(
+TINY_VL = ModelConfig(
     tiny_hidden_size=64, tiny_num_layers=2, tiny_num_attention_heads=4, tiny_num_key_value_heads=2,
     tiny_intermediate_size=128, tiny_vision_depth=1, tiny_vision_hidden_size=64,
 )  # fmt: skip
@@ -54,7 +54,12 @@ def check(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="session")
 def tied_hf(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_hf_model_dir(tmp_path_factory.mktemp("tied") / "model", TIED_VL, tie_word_embeddings=True)
+    return build_tiny_hf_model_dir(tmp_path_factory.mktemp("tied") / "model", TINY_VL, tie_word_embeddings=True)
+
+
+@pytest.fixture(scope="session")
+def untied_hf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_hf_model_dir(tmp_path_factory.mktemp("untied") / "model", TINY_VL, tie_word_embeddings=False)
 
 
 @pytest.fixture(scope="session")

@@ -18,17 +18,24 @@ def _init(tp: int, pp: int):
 
 
 def round_trip_worker(hf_dir: Path, root: Path, import_layout: tuple[int, int], export_layout: tuple[int, int]) -> dict[str, Any]:
-    """Import ``hf_dir`` at ``import_layout``, compute the megatron logits of the verification input
-    from the imported checkpoint at that layout, then export it at ``export_layout``."""
+    """Import ``hf_dir`` at ``import_layout``, load the imported checkpoint into a trainable actor
+    at that layout and compute its logits of the verification input, then export the checkpoint at
+    ``export_layout``."""
     import torch.distributed as dist
 
     from fastrl.models import conversion
     from tools.verify_conversion import policy_batch, sample_inputs
 
+    from fastrl.config import PrecisionConfig
+    from fastrl.models.provider import build_policy
+
     parallel = _init(*import_layout)
     imported = conversion.import_hf(hf_dir, root / "imported", parallel=parallel)
-    checkpoint = conversion.resolve_checkpoint(imported)
-    policy = conversion.load_policy(checkpoint, imported / conversion.HF_FILES_DIR, parallel=parallel)
+    # as the trainer starts from model.megatron_checkpoint: a trainable actor without weights, then the checkpoint
+    policy = build_policy(
+        imported / conversion.HF_FILES_DIR, parallel=parallel, precision=PrecisionConfig(mode="fp32"), load_weights=False
+    )
+    conversion.load_megatron_checkpoint(policy, imported)
     logits = conversion.megatron_logits(policy, policy_batch(sample_inputs(hf_dir)))
     del policy
     parallel = _init(*export_layout)

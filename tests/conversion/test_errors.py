@@ -1,10 +1,14 @@
 """Damaged checkpoints and bad arguments give a clear one-line error naming the file, exit status 1,
-and no traceback from inside torch or megatron."""
+and no traceback from inside torch or megatron.
+
+Errors found before the model-parallel group starts are tested by calling the CLI's ``main`` in
+this process; the one found while megatron loads runs the CLI in a subprocess."""
 
 from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -12,6 +16,13 @@ import pytest
 from conftest import run_tool
 
 pytestmark = pytest.mark.distributed
+
+
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
 
 
 def assert_clean_failure(proc, *fragments: str) -> None:
@@ -23,8 +34,17 @@ def assert_clean_failure(proc, *fragments: str) -> None:
         assert fragment in error[0], error[0]
 
 
-def export(ckpt: Path, out: Path, *extra: str):
-    return run_tool("convert_checkpoint", "export", "--ckpt", ckpt, "--out", out, "--no-progress", *extra)
+def export(ckpt: Path, out: Path, *extra: str, capsys: pytest.CaptureFixture | None = None):
+    """The CLI's export; in this process with ``capsys`` (only for errors found before megatron starts)."""
+    args = ["export", "--ckpt", str(ckpt), "--out", str(out), "--no-progress", *extra]
+    if capsys is None:
+        return run_tool("convert_checkpoint", *args)
+    from tools.convert_checkpoint import main
+
+    capsys.readouterr()
+    code = main(args)
+    captured = capsys.readouterr()
+    return Result(code, captured.out, captured.err)
 
 
 @pytest.fixture()
@@ -34,14 +54,14 @@ def damaged(imported_tp1: Path, tmp_path: Path) -> Path:
     return copy
 
 
-def test_truncated_data_file(damaged: Path, tmp_path: Path):
+def test_truncated_data_file(damaged: Path, tmp_path: Path, capsys: pytest.CaptureFixture):
     data = damaged / "actor" / "__0_0.distcp"
     data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
     assert_clean_failure(export(damaged, tmp_path / "out"), "actor/__0_0.distcp", "truncated")
     assert not (tmp_path / "out").exists()
 
 
-def test_missing_data_file(damaged: Path, tmp_path: Path):
+def test_missing_data_file(damaged: Path, tmp_path: Path, capsys: pytest.CaptureFixture):
     (damaged / "actor" / "__0_1.distcp").unlink()
     assert_clean_failure(export(damaged, tmp_path / "out"), "actor/__0_1.distcp", "missing")
 
@@ -54,12 +74,12 @@ def test_corrupted_index_file_of_the_same_size(damaged: Path, tmp_path: Path):
     assert not (tmp_path / "out").exists()
 
 
-def test_interrupted_save_without_marker(damaged: Path, tmp_path: Path):
+def test_interrupted_save_without_marker(damaged: Path, tmp_path: Path, capsys: pytest.CaptureFixture):
     (damaged / "COMPLETE").unlink()
     assert_clean_failure(export(damaged, tmp_path / "out"), str(damaged), "COMPLETE marker")
 
 
-def test_checkpoint_root_without_complete_step(damaged: Path, tmp_path: Path):
+def test_checkpoint_root_without_complete_step(damaged: Path, tmp_path: Path, capsys: pytest.CaptureFixture):
     root = tmp_path / "checkpoints"
     step = root / "step_00000005"
     shutil.copytree(damaged, step)
@@ -68,7 +88,7 @@ def test_checkpoint_root_without_complete_step(damaged: Path, tmp_path: Path):
     assert_clean_failure(export(root, tmp_path / "out", "--step", "7"), "step_00000007", "does not exist")
 
 
-def test_corrupted_train_state(trained_run: Path, tmp_path: Path):
+def test_corrupted_train_state(trained_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture):
     """A trainer checkpoint whose train_state.pt (read for the run's model config) is garbage."""
     step = tmp_path / "step_00000001"
     shutil.copytree(trained_run / "checkpoints" / "step_00000001", step)
@@ -77,7 +97,7 @@ def test_corrupted_train_state(trained_run: Path, tmp_path: Path):
     assert_clean_failure(export(step, tmp_path / "out"), "train_state.pt", "corrupted")
 
 
-def test_existing_output_and_wrong_process_count(imported_tp1: Path, tmp_path: Path):
+def test_existing_output_and_wrong_process_count(imported_tp1: Path, tmp_path: Path, capsys: pytest.CaptureFixture):
     (tmp_path / "out").mkdir()
     assert_clean_failure(export(imported_tp1, tmp_path / "out"), "already exists")
     assert_clean_failure(export(imported_tp1, tmp_path / "new", "--tp", "2"), "--tp 2", "1 processes")

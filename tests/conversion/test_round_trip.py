@@ -92,22 +92,30 @@ def test_verify_tool_accepts_the_imported_checkpoint(tied_hf: Path, imported_tp1
     assert "OK" in lines[-1]
 
 
-LAYOUTS = [  # (import TP, PP) -> (export TP, PP); the same two or four processes do both
-    pytest.param((2, 1), (1, 2), id="tp2-to-pp2"),
-    pytest.param((1, 2), (2, 1), id="pp2-to-tp2"),
-    pytest.param((2, 2), (2, 2), id="tp2xpp2"),
+LAYOUTS = [  # model, (import TP, PP) -> (export TP, PP); the same two or four processes do both
+    # Tied embeddings at PP > 1 are not covered on CPU: megatron-core's LanguageModule moves the
+    # last stage's copy of the embedding with Tensor.cuda(), which fastrl.distributed.cpu_compat
+    # does not redirect.
+    pytest.param("tied_hf", (2, 1), (1, 1), id="tied-tp2-to-tp1"),
+    pytest.param("untied_hf", (1, 2), (2, 1), id="untied-pp2-to-tp2"),
+    pytest.param("untied_hf", (2, 2), (2, 2), id="untied-tp2xpp2"),
 ]
 
 
-@pytest.mark.parametrize("import_layout, export_layout", LAYOUTS)
-def test_round_trip_at_layout(tied_hf: Path, tmp_path: Path, import_layout, export_layout):
+@pytest.mark.parametrize("model, import_layout, export_layout", LAYOUTS)
+def test_round_trip_at_layout(request: pytest.FixtureRequest, tmp_path: Path, model, import_layout, export_layout):
+    hf_dir = request.getfixturevalue(model)
     world = import_layout[0] * import_layout[1]
-    results = run_distributed(round_trip_worker, world, tied_hf, tmp_path, import_layout, export_layout, timeout_s=240)
+    results = run_distributed(round_trip_worker, world, hf_dir, tmp_path, import_layout, export_layout, timeout_s=240)
     info = json.loads((tmp_path / "imported" / "fastrl_import.json").read_text())
     assert (info["tensor_model_parallel_size"], info["pipeline_model_parallel_size"]) == import_layout
-    assert_bit_exact(tied_hf, tmp_path / "exported")
+    assert_bit_exact(hf_dir, tmp_path / "exported")
+    names = json.loads((tmp_path / "exported" / "fastrl_export.json").read_text())
+    assert names["tensors"] == len(read_weights(hf_dir))
+    has_head = "lm_head.weight" in read_weights(tmp_path / "exported")
+    assert has_head == (model == "untied_hf")
 
-    reference = hf_reference_logits(tied_hf)
+    reference = hf_reference_logits(hf_dir)
     for r in results:  # every rank holds the full logits; all agree with Hugging Face
         logits = r["logits"][..., : reference.shape[-1]]
         assert logits.shape == reference.shape

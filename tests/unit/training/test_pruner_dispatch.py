@@ -57,5 +57,7 @@ def test_mini_batch_sizes():
     assert mini_batch_sizes(40, 16, 2) == [20, 20]
     assert mini_batch_sizes(6, 16, 2) == [6]
     assert sum(mini_batch_sizes(90, 32, 3)) == 90 and all(s % 3 == 0 for s in mini_batch_sizes(90, 32, 3))
+    assert mini_batch_sizes(14, 7, 2) == [8, 6]  # n=7 from adaptive sampling, micro-batch 2
+    assert mini_batch_sizes(4, 16, 4) == [4]
     with pytest.raises(ValueError, match="micro-batches of 4"):
         mini_batch_sizes(10, 8, 4)
