@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser  # fmt: skip
 
 
-def _init_distributed(tp: int, pp: int):
+def init_distributed(tp: int, pp: int):
     import os
 
     import torch
@@ -104,9 +104,12 @@ def main(argv: list[str] | None = None) -> int:
             checkpoint = conversion.resolve_checkpoint(args.ckpt, args.step)
             if checkpoint.kind == "trainer" and args.hf is None:
                 conversion.read_train_state(checkpoint.path)
+        else:
+            conversion.read_hf_config(args.hf)
+            conversion.hf_weight_names(args.hf)
         if args.out.exists():
             raise conversion.ConversionError(f"output {args.out} already exists; remove it or choose another path")
-        parallel = _init_distributed(args.tp, args.pp)
+        parallel = init_distributed(args.tp, args.pp)
         if args.command == "import":
             out = conversion.import_hf(args.hf, args.out, parallel=parallel, dtype=args.dtype)
         else:
@@ -114,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.ckpt, args.out, parallel=parallel, step=args.step, hf=args.hf, dtype=args.dtype,
                 max_shard_bytes=args.max_shard_size, progress=not args.no_progress,
             )  # fmt: skip
-        rank = parallel_state_rank()
+        rank = _global_rank()
     except (CheckpointError, ConfigError, LaunchError, FileNotFoundError, ValueError) as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return 1
@@ -125,12 +128,15 @@ def main(argv: list[str] | None = None) -> int:
             from fastrl.distributed import parallel_state
 
             parallel_state.destroy()
+    from fastrl.distributed.launch import finalize_mpi
+
+    finalize_mpi()  # clean exit only (under srun --mpi=pmix / mpirun)
     if rank == 0:
         print(f"{PROG}: wrote {out}")
     return 0
 
 
-def parallel_state_rank() -> int:
+def _global_rank() -> int:
     import torch.distributed as dist
 
     return dist.get_rank() if dist.is_initialized() else 0

@@ -1,13 +1,10 @@
 #!/usr/bin/env python
 """Plot a FastRL run: ``python tools/plot_run.py RUN_DIR [--out DIR]``.
 
-Writes PNG files into ``RUN_DIR/plots`` (or ``--out``):
-
-- ``reward.png``: training reward and accuracy per step, validation accuracy per step;
-- ``accuracy_vs_time.png``: validation accuracy against training wall time (seconds);
-- ``pruning.png``: kept fraction of rollouts and the group size n per step;
-- ``time_breakdown.png``: mean seconds per step for each phase (gen, reward, prune, old, ref,
-  update, refit, save).
+Writes into ``RUN_DIR/plots`` (or ``--out``): ``reward.png`` (training reward and accuracy,
+validation accuracy per step), ``accuracy_vs_time.png`` (validation accuracy against training
+wall time), ``pruning.png`` (kept fraction and group size n per step), ``time_breakdown.png``
+(mean seconds per step of each phase).
 """
 
 from __future__ import annotations
@@ -18,99 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-PHASES = ("gen", "reward", "prune", "old", "ref", "update", "refit", "save")
-
-
-def load(run_dir: Path) -> tuple[list[dict], list[dict]]:
-    from fastrl.training.metrics import read_metrics
-
-    path = run_dir / "metrics.jsonl"
-    if not path.exists():
-        raise SystemExit(f"plot_run: {path} does not exist (is {run_dir} a FastRL run directory?)")
-    records = read_metrics(path)
-    train = [r for r in records if r.get("kind", "train") == "train"]
-    val = [r for r in records if r.get("kind") == "val"]
-    if not train:
-        raise SystemExit(f"plot_run: {path} has no training steps yet")
-    return train, val
-
-
-def series(records: list[dict], key: str) -> tuple[list[float], list[float]]:
-    xs, ys = [], []
-    for r in records:
-        if r.get(key) is not None:
-            xs.append(r["step"])
-            ys.append(r[key])
-    return xs, ys
-
-
-def phase_means(train: list[dict]) -> dict[str, float]:
-    """Mean seconds per step of each phase (phases never timed are left out)."""
-    out = {}
-    for phase in PHASES:
-        values = [r.get(f"time/{phase}", 0.0) or 0.0 for r in train]
-        if any(values):
-            out[phase] = sum(values) / len(train)
-    return out
-
-
-def plot(run_dir: Path, out_dir: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    train, val = load(run_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for key, label in (("reward/mean", "train reward"), ("accuracy/mean", "train accuracy")):
-        ax.plot(*series(train, key), label=label, alpha=0.8)
-    if val:
-        ax.plot(*series(val, "val/accuracy"), "o-", label="validation accuracy")
-    ax.set_xlabel("step")
-    ax.set_title(run_dir.name)
-    ax.legend()
-    ax.grid(alpha=0.3)
-    written.append(_save(fig, out_dir / "reward.png"))
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    xs = [r.get("time/train_elapsed", 0.0) for r in val]
-    ax.plot(xs, [r["val/accuracy"] for r in val], "o-")
-    ax.set_xlabel("training wall time (s)")
-    ax.set_ylabel("validation accuracy")
-    ax.set_title(run_dir.name)
-    ax.grid(alpha=0.3)
-    written.append(_save(fig, out_dir / "accuracy_vs_time.png"))
-
-    fig, ax1 = plt.subplots(figsize=(7, 4))
-    ax1.plot(*series(train, "prune/kept_fraction"), color="tab:blue", label="kept fraction")
-    ax1.set_ylabel("kept fraction", color="tab:blue")
-    ax1.set_ylim(0, 1.05)
-    ax2 = ax1.twinx()
-    ax2.step(*series(train, "rollout/n"), color="tab:red", where="post", label="n")
-    ax2.set_ylabel("group size n", color="tab:red")
-    ax1.set_xlabel("step")
-    ax1.set_title(f"{run_dir.name}: pruning and group size")
-    written.append(_save(fig, out_dir / "pruning.png"))
-
-    means = phase_means(train)
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.bar(list(means), list(means.values()), color="tab:gray")
-    ax.set_ylabel("seconds per step (mean)")
-    ax.set_title(f"{run_dir.name}: time per phase")
-    written.append(_save(fig, out_dir / "time_breakdown.png"))
-    return written
-
-
-def _save(fig, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-    return path
+from fastrl.plots import PHASES, load, phase_means, plot  # noqa: E402,F401  (re-exported for scripts)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,7 +23,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--out", type=Path, default=None, help="output directory (default RUN_DIR/plots)")
     args = parser.parse_args(argv)
-    for path in plot(args.run_dir, args.out or args.run_dir / "plots"):
+    try:
+        written = plot(args.run_dir, args.out or args.run_dir / "plots")
+    except (FileNotFoundError, ValueError) as err:
+        print(f"plot_run: {err}", file=sys.stderr)
+        return 2
+    for path in written:
         print(path)
     return 0
 

@@ -8,7 +8,8 @@ or imported checkpoint); ``HF_DIR`` is the Hugging Face directory it came from o
 Both sides run the same input -- a chat prompt with one image (Qwen2.5-VL; ``--image`` or a
 generated test picture) or the prompt alone (text models) -- in float32. The megatron model is
 loaded at ``--tp/--pp`` (run with TP x PP processes); its weights are converted to Hugging Face
-names through megatron-bridge and compared with the directory's tensors one by one.
+names through megatron-bridge and compared with the directory's tensors one by one. The Hugging
+Face side runs on rank 0's CPU in float32 (host memory: about 4 bytes per parameter).
 
 Prints a table: max / mean absolute logit difference over all positions and the vocabulary, then
 the max absolute difference of every tensor (``--top K``: only the K largest). Exit status: 0 when
@@ -24,7 +25,6 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -104,10 +104,12 @@ def sample_inputs(hf_dir: Path, *, prompt: str = DEFAULT_PROMPT, image: Path | N
     }
 
 
-def policy_batch(inputs: dict[str, torch.Tensor]):
-    """The inputs as a :class:`~fastrl.training.policy_batch.PolicyBatch` (the megatron forward's input)."""
+def policy_batch(inputs: dict[str, torch.Tensor], device: torch.device | str = "cpu"):
+    """The inputs as a :class:`~fastrl.training.policy_batch.PolicyBatch` (the megatron forward's
+    input) on ``device``."""
     from fastrl.training.policy_batch import PolicyBatch
 
+    inputs = {k: v.to(device) for k, v in inputs.items()}
     ids = inputs["input_ids"]
     mask = torch.ones_like(ids, dtype=torch.bool)
     vl = "pixel_values" in inputs
@@ -161,7 +163,8 @@ def compare(policy, hf_dir: Path, inputs: dict[str, torch.Tensor]) -> Report | N
 
     rank0 = not dist.is_initialized() or dist.get_rank() == 0
     config = read_hf_config(hf_dir)
-    mlogits = megatron_logits(policy, policy_batch(inputs))
+    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else "cpu"
+    mlogits = megatron_logits(policy, policy_batch(inputs, device)).cpu()
     names, read = hf_tensor_reader(hf_dir) if rank0 else (set(), None)
     tensor_max: dict[str, float] = {}
     extra: list[str] = []
@@ -203,12 +206,12 @@ def main(argv: list[str] | None = None) -> int:
     from fastrl.distributed import parallel_state
     from fastrl.distributed.launch import LaunchError
     from fastrl.models import conversion
-    from tools.convert_checkpoint import _init_distributed
+    from tools.convert_checkpoint import init_distributed
 
     try:
         checkpoint = conversion.resolve_checkpoint(args.ckpt, args.step)
         conversion.read_hf_config(args.hf)
-        parallel = _init_distributed(args.tp, args.pp)
+        parallel = init_distributed(args.tp, args.pp)
         policy = conversion.load_policy(checkpoint, args.hf, parallel=parallel, dtype=torch.float32)
         inputs = sample_inputs(args.hf, prompt=args.prompt, image=args.image)
         report = compare(policy, args.hf, inputs)
@@ -216,7 +219,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return 1
     finally:
-        parallel_state.destroy()
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            parallel_state.destroy()
+    from fastrl.distributed.launch import finalize_mpi
+
+    finalize_mpi()  # clean exit only (under srun --mpi=pmix / mpirun)
     if report is None:
         return 0
     print(f"{PROG}: {checkpoint.path} (step {checkpoint.step}) vs {args.hf}")

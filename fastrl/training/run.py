@@ -57,6 +57,13 @@ def run(config: RunConfig) -> int:
         log.info("run directory: %s", trainer.run_dir)
         log.info("metrics: %s", trainer.run_dir / "metrics.jsonl")
         log.info("checkpoints: %s", trainer.run_dir / "checkpoints")
+        try:
+            from fastrl.plots import plot
+
+            plots = plot(trainer.run_dir, trainer.run_dir / "plots")
+            log.info("plots: %s", ", ".join(str(p) for p in plots))
+        except ValueError as err:  # no training step in this stage
+            log.info("no plots: %s", err)
         start_acc = (summary.get("val_start") or {}).get("val/accuracy")
         end_acc = (summary.get("val_end") or {}).get("val/accuracy")
         if start_acc is not None and end_acc is not None:

@@ -38,8 +38,9 @@ def test_tiny_fastrl_run_metrics_within_thresholds(tmp_path):
     # plots and the run comparison work on a real run directory
     from tools import compare_runs, plot_run
 
-    written = plot_run.plot(run_dir, tmp_path / "plots")
-    assert [p.name for p in written] == ["reward.png", "accuracy_vs_time.png", "pruning.png", "time_breakdown.png"]
+    assert plot_run.main([str(run_dir), "--out", str(tmp_path / "plots")]) == 0
+    written = [tmp_path / "plots" / n for n in ("reward.png", "accuracy_vs_time.png", "pruning.png", "time_breakdown.png")]
+    assert sorted(p.name for p in (run_dir / "plots").iterdir()) == sorted(p.name for p in written)  # made by the run
     assert all(p.stat().st_size > 5000 for p in written)
     summary_a = compare_runs.summarize(run_dir)
     assert summary_a["steps"] == 3 and summary_a["mean_n"] == 4 and summary_a["train_time_s"] > 0
