@@ -10,8 +10,7 @@ STAMP := $(VENV)/.fastrl-installed
 REQS := requirements.txt requirements/constraints.txt requirements/nodeps.txt pyproject.toml
 RECIPE ?= easyvqa_tiny_fastrl_grpo_cpu
 ARGS ?=
-# The trainer lands with the training issue; until then the main job is a dry run.
-RUN_FLAGS ?= --dry-run
+RUN_FLAGS ?=
 PYTEST_ARGS ?=
 export OMP_NUM_THREADS ?= 2
 export TOKENIZERS_PARALLELISM := false
