@@ -45,12 +45,12 @@ from typing import Any, Iterable, Iterator, Literal
 import torch
 
 from fastrl.checkpoint.manager import COMPLETE_MARKER, CheckpointError, CheckpointManager
+from fastrl.checkpoint.state import TRAIN_STATE
 
 IMPORT_INFO = "fastrl_import.json"
 EXPORT_INFO = "fastrl_export.json"
 HF_FILES_DIR = "hf"
 ACTOR_DIR = "actor"
-TRAIN_STATE = "train_state.pt"
 FORMAT_VERSION = 1
 
 #: File name endings of weight files (never copied as "metadata" of a model directory).
@@ -210,9 +210,9 @@ def model_template_dir(checkpoint: ResolvedCheckpoint, *, hf: str | os.PathLike 
     """The Hugging Face directory whose config and tokenizer/processor files describe the checkpoint's model.
 
     ``hf`` when given; else the ``hf/`` copy of an imported checkpoint; else, for a trainer
-    checkpoint, from the run's config in ``train_state.pt``: ``model.megatron_checkpoint``'s
-    ``hf/``, ``model.hf_path`` (``model.source='hf'``), or the tiny model rebuilt from its
-    ``model.tiny_*`` settings into ``scratch`` (deterministic: same config and tokenizer).
+    checkpoint, from the run's config in ``train_state.pt``: ``model.hf_path`` (``model.source='hf'``),
+    the ``hf/`` of ``model.megatron_checkpoint``, or the tiny model rebuilt from its ``model.tiny_*``
+    settings into ``scratch`` (deterministic: same config and tokenizer).
 
     Raises:
         CheckpointError / ConversionError: nothing describes the model.
@@ -225,11 +225,11 @@ def model_template_dir(checkpoint: ResolvedCheckpoint, *, hf: str | os.PathLike 
     state = read_train_state(checkpoint.path)
     config = state.get("config") or {}
     model = config.get("model") or {}
-    if model.get("megatron_checkpoint"):
-        return Path(model["megatron_checkpoint"]) / HF_FILES_DIR
     if model.get("source") == "hf":
         read_hf_config(model["hf_path"])
         return Path(model["hf_path"])
+    if model.get("megatron_checkpoint"):
+        return Path(model["megatron_checkpoint"]) / HF_FILES_DIR
     if model.get("source") == "tiny":
         from fastrl.config import DataConfig, ModelConfig
         from fastrl.models.tiny import build_tiny_hf_model_dir

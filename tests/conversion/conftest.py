@@ -58,6 +58,25 @@ def tied_hf(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tied_bf16_hf(tied_hf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tied model stored in bfloat16 (as released Qwen2.5-VL checkpoints are)."""
+    import json
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    out = tmp_path_factory.mktemp("tied_bf16") / "model"
+    shutil.copytree(tied_hf, out)
+    weights = load_file(str(out / "model.safetensors"))
+    save_file({k: v.to(torch.bfloat16) for k, v in weights.items()}, str(out / "model.safetensors"), metadata={"format": "pt"})
+    config = json.loads((out / "config.json").read_text())
+    config["torch_dtype"] = "bfloat16"
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    return out
+
+
+@pytest.fixture(scope="session")
 def untied_hf(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_hf_model_dir(tmp_path_factory.mktemp("untied") / "model", TINY_VL, tie_word_embeddings=False)
 

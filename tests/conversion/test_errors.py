@@ -104,6 +104,23 @@ def test_existing_output_and_wrong_process_count(imported_tp1: Path, tmp_path: P
     assert json.loads((imported_tp1 / "COMPLETE").read_text())["kind"] == "import"
 
 
+def test_import_from_a_directory_that_is_not_a_model(tied_hf: Path, tmp_path: Path, capsys: pytest.CaptureFixture):
+    from tools.convert_checkpoint import main
+
+    def run_import(src: Path) -> Result:
+        capsys.readouterr()
+        code = main(["import", "--hf", str(src), "--out", str(tmp_path / "out")])
+        captured = capsys.readouterr()
+        return Result(code, captured.out, captured.err)
+
+    assert_clean_failure(run_import(tmp_path / "missing"), "missing/config.json does not exist")
+    config_only = tmp_path / "config_only"
+    config_only.mkdir()
+    shutil.copy(tied_hf / "config.json", config_only / "config.json")
+    assert_clean_failure(run_import(config_only), "holds no safetensors weights")
+    assert not (tmp_path / "out").exists()
+
+
 def test_untied_model_without_lm_head_is_refused():
     """An export that lost the output layer of an untied model fails instead of writing a model that
     transformers would fill with a random head."""

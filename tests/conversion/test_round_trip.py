@@ -1,6 +1,7 @@
 """Hugging Face -> megatron distributed checkpoint -> Hugging Face, through tools/convert_checkpoint.py
 and fastrl.models.conversion: bit-exact weights at every TP/PP layout (also when exported at another
-layout than imported), megatron logits equal to Hugging Face's, tied embeddings kept tied."""
+layout than imported, and in bfloat16), megatron logits equal to Hugging Face's (float32), tied
+embeddings kept tied."""
 
 from __future__ import annotations
 
@@ -96,7 +97,8 @@ LAYOUTS = [  # model, (import TP, PP) -> (export TP, PP); the same two or four p
     # Tied embeddings at PP > 1 are not covered on CPU: megatron-core's LanguageModule moves the
     # last stage's copy of the embedding with Tensor.cuda(), which fastrl.distributed.cpu_compat
     # does not redirect.
-    pytest.param("tied_hf", (2, 1), (1, 1), id="tied-tp2-to-tp1"),
+    # bfloat16 checkpoint (import and export in bf16; the logits from a float32 actor loaded from it)
+    pytest.param("tied_bf16_hf", (2, 1), (1, 1), id="tied-bf16-tp2-to-tp1"),
     pytest.param("untied_hf", (1, 2), (2, 1), id="untied-pp2-to-tp2"),
     pytest.param("untied_hf", (2, 2), (2, 2), id="untied-tp2xpp2"),
 ]
@@ -109,11 +111,12 @@ def test_round_trip_at_layout(request: pytest.FixtureRequest, tmp_path: Path, mo
     results = run_distributed(round_trip_worker, world, hf_dir, tmp_path, import_layout, export_layout, timeout_s=240)
     info = json.loads((tmp_path / "imported" / "fastrl_import.json").read_text())
     assert (info["tensor_model_parallel_size"], info["pipeline_model_parallel_size"]) == import_layout
+    assert info["dtype"] == ("bfloat16" if "bf16" in model else "float32")
     assert_bit_exact(hf_dir, tmp_path / "exported")
     names = json.loads((tmp_path / "exported" / "fastrl_export.json").read_text())
     assert names["tensors"] == len(read_weights(hf_dir))
     has_head = "lm_head.weight" in read_weights(tmp_path / "exported")
-    assert has_head == (model == "untied_hf")
+    assert has_head == model.startswith("untied")
 
     reference = hf_reference_logits(hf_dir)
     for r in results:  # every rank holds the full logits; all agree with Hugging Face
