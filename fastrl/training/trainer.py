@@ -114,14 +114,13 @@ class Trainer:
         return Path(out)
 
     def _build_models(self) -> None:
-        from fastrl.models.provider import build_policy
         from fastrl.rewards import RewardScorer
         from fastrl.rollout.hf_engine import HFRolloutEngine
         from fastrl.training.actor import Actor
 
         cfg = self.cfg
         self.policy_dir = self._policy_dir()
-        policy = build_policy(self.policy_dir, parallel=cfg.parallel, precision=cfg.precision, model=cfg.model)
+        policy = self._build_policy(trainable=True)
         self.actor = Actor(
             policy, algorithm=cfg.algorithm, optimizer=cfg.optimizer, parallel=cfg.parallel,
             precision=cfg.precision, total_steps=self._total_steps() * self._updates_per_step_estimate(),
@@ -129,9 +128,7 @@ class Trainer:
         )
         self.reference = None
         if cfg.algorithm.use_kl_loss and cfg.algorithm.kl_coef > 0 or cfg.algorithm.kl_in_reward:
-            self.reference = build_policy(
-                self.policy_dir, parallel=cfg.parallel, precision=cfg.precision, model=cfg.model, trainable=False
-            )
+            self.reference = self._build_policy(trainable=False)
         if cfg.rollout.engine != "hf":
             from fastrl.rollout.vllm_engine import VLLMRolloutEngine
 
@@ -139,8 +136,26 @@ class Trainer:
         else:
             self.engine = HFRolloutEngine.from_pretrained(self.policy_dir, cfg.rollout)
         self.tokenizer = self.engine.tokenizer
+        if cfg.model.megatron_checkpoint:
+            self.refit({})  # the engine starts from the imported weights, not the HF directory's
         self.scorer = RewardScorer(cfg.reward.name, num_workers=cfg.reward.num_workers, timeout_s=cfg.reward.timeout_s)
         self._prompt_cache: dict[int, RolloutPrompt] = {}
+
+    def _build_policy(self, *, trainable: bool):
+        """Actor or reference policy from the run's HF directory, or from ``model.megatron_checkpoint``
+        (a directory written by ``tools/convert_checkpoint.py import`` or a trainer checkpoint)."""
+        from fastrl.models.provider import build_policy
+
+        cfg, ckpt = self.cfg, self.cfg.model.megatron_checkpoint
+        policy = build_policy(
+            self.policy_dir, parallel=cfg.parallel, precision=cfg.precision, model=cfg.model,
+            trainable=trainable, load_weights=ckpt is None,
+        )
+        if ckpt:
+            from fastrl.models.conversion import load_megatron_checkpoint
+
+            load_megatron_checkpoint(policy, ckpt)
+        return policy
 
     def _updates_per_step_estimate(self) -> int:
         return self.cfg.algorithm.ppo_epochs * max(1, self.cfg.rollout.prompts_per_step // self.cfg.trainer.mini_batch_prompts)

@@ -1,0 +1,80 @@
+"""bench/algorithms.py: the table arithmetic, and the --quick smoke run (table and plots produced)."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.algorithms import BY_LABEL, FAMILY, aggregate, markdown_table, run_recipe, select_entries
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _run(train_time: float, val_final: float, kept: float = 1.0) -> dict:
+    return {"train_time_s": train_time, "time/gen": train_time / 10, "val_final": val_final, "val_best": val_final,
+            "kept_fraction": kept, "mean_n": 8.0, "steps": 10.0}
+
+
+def test_aggregate_speedup_per_seed_then_mean_and_spread():
+    entries = [BY_LABEL["grpo"], BY_LABEL["fastrl_grpo"]]
+    per_seed = {
+        1: {"grpo": _run(100.0, 0.50), "fastrl_grpo": _run(50.0, 0.52, kept=0.5)},
+        2: {"grpo": _run(120.0, 0.54), "fastrl_grpo": _run(40.0, 0.56, kept=0.7)},
+    }
+    base, fast = aggregate(entries, per_seed)
+    assert base["speedup"] == 1.0 and base["speedup_sd"] == 0.0
+    assert fast["speedup"] == pytest.approx((2.0 + 3.0) / 2)
+    assert fast["speedup_sd"] == pytest.approx(0.7071067811865476)  # sample std of (2, 3)
+    assert fast["train_time_s"] == 45.0
+    assert fast["kept_fraction"] == pytest.approx(0.6)
+    assert fast["seeds"] == 2
+    table = markdown_table([base, fast])
+    assert "| GRPO + FastRL (MDAP + ARS) | 45.0 ± 7.1 | 2.50x ± 0.71x |" in table
+    assert "54.0 ± 2.8" in table  # val final in points
+
+
+def test_missing_base_leaves_the_speedup_empty():
+    (row,) = aggregate([BY_LABEL["fastrl_dapo"]], {1: {"fastrl_dapo": _run(10.0, 0.3)}})
+    assert row["seeds"] == 1
+    assert "| DAPO + FastRL | 10.0 | - |" in markdown_table([row])
+
+
+def test_select_entries_keeps_the_family_order_and_rejects_unknown_names():
+    assert [e.label for e in select_entries("fastrl_grpo,grpo")] == ["grpo", "fastrl_grpo"]
+    assert [e.label for e in select_entries("easyvqa_tiny_gspo_cpu")] == ["gspo"]
+    assert len(select_entries(None)) == len(FAMILY) == 8
+    with pytest.raises(SystemExit, match="unknown recipe 'grpoo'"):
+        select_entries("grpoo")
+
+
+def test_a_run_directory_with_other_settings_is_refused(tmp_path):
+    entry = BY_LABEL["grpo"]
+    (tmp_path / entry.recipe).mkdir()
+    (tmp_path / f"{entry.recipe}.args.json").write_text(json.dumps(["--recipe", entry.recipe, "trainer.max_steps=3"]))
+    with pytest.raises(SystemExit, match="holds a run with other settings"):
+        run_recipe(entry, tmp_path, ["trainer.max_steps=5"], threads=1, timeout=10)
+
+
+@pytest.mark.functional
+@pytest.mark.timeout(1200)
+def test_quick_mode_writes_the_table_and_plots(tmp_path):
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run(
+        [sys.executable, "bench/algorithms.py", "--quick", "--threads", "1", "--out", str(tmp_path)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=1150,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    md = (tmp_path / "algorithms.md").read_text()
+    for entry in FAMILY:
+        assert f"| {entry.title} |" in md
+    with open(tmp_path / "algorithms.csv") as f:
+        assert [r["label"] for r in csv.DictReader(f)] == [e.label for e in FAMILY]
+    rows = json.loads((tmp_path / "algorithms.json").read_text())["rows"]
+    assert len(rows) == 8
+    assert "## GRPO + FastRL (MDAP + ARS)" in (tmp_path / "cost_model_check.md").read_text()
+    for name in ("accuracy_vs_time.png", "time_breakdown.png"):
+        assert (tmp_path / "plots" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
