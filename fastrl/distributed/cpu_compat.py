@@ -19,6 +19,9 @@ Patched behaviours (each has its own test in ``tests/unit/distributed/test_cpu_c
    ``get_cuda_rng_tracker().fork()`` gives the tensor-parallel dropout/initialization streams.
 4. Type-string checks for ``torch.cuda.FloatTensor`` / ``HalfTensor`` / ``BFloat16Tensor`` in the
    mixed-precision optimizer, the DistributedOptimizer and grad clipping accept CPU tensors.
+5. ``Tensor.cuda()`` returns the tensor itself (megatron-core's LanguageModule moves the last
+   pipeline stage's copy of tied word embeddings with it). This is the one patch on torch itself;
+   on a machine without CUDA the original could only raise.
 
 Model configs must additionally be built with ``use_cpu_initialization=True`` and every fusion off;
 :func:`cpu_transformer_overrides` lists those settings (the model provider applies them).
@@ -251,6 +254,13 @@ def _patch_rng() -> None:
     tp_random._set_cuda_rng_state = set_state
 
 
+def _patch_tensor_cuda() -> None:
+    def cuda(self: torch.Tensor, device: Any = None, non_blocking: bool = False, **kwargs: Any) -> torch.Tensor:
+        return self
+
+    torch.Tensor.cuda = cuda
+
+
 def _patch_module_torch() -> list[str]:
     patched = []
     for name, module in list(sys.modules.items()):
@@ -281,6 +291,7 @@ def apply() -> None:
     if not _APPLIED:
         _patch_rng()
         _patch_type_checks()
+        _patch_tensor_cuda()
     _APPLIED = True
 
 

@@ -94,9 +94,8 @@ def test_verify_tool_accepts_the_imported_checkpoint(tied_hf: Path, imported_tp1
 
 
 LAYOUTS = [  # model, (import TP, PP) -> (export TP, PP); the same two or four processes do both
-    # Tied embeddings at PP > 1 are not covered on CPU: megatron-core's LanguageModule moves the
-    # last stage's copy of the embedding with Tensor.cuda(), which fastrl.distributed.cpu_compat
-    # does not redirect.
+    # tied embeddings at PP > 1: the last stage holds a copy of the embedding as its output layer
+    pytest.param("tied_hf", (1, 2), (1, 1), id="tied-pp2-to-tp1"),
     # bfloat16 checkpoint (import and export in bf16; the logits from a float32 actor loaded from it)
     pytest.param("tied_bf16_hf", (2, 1), (1, 1), id="tied-bf16-tp2-to-tp1"),
     pytest.param("untied_hf", (1, 2), (2, 1), id="untied-pp2-to-tp2"),

@@ -32,6 +32,11 @@ def test_real_torch_is_left_alone():
         torch.zeros(1, device="cuda")
 
 
+def test_tensor_cuda_stays_on_the_cpu():
+    t = torch.arange(3.0)
+    assert t.cuda() is t and t.data.cuda(non_blocking=True).device.type == "cpu"
+
+
 def test_torch_cuda_calls_resolve_to_the_cpu():
     from megatron.core.tensor_parallel import mappings
 
