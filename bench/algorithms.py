@@ -1,0 +1,411 @@
+#!/usr/bin/env python
+"""FastRL against GRPO, DAPO, GSPO and CPPO, side by side, measured in one run on one machine.
+
+Runs the CPU recipe family one after the other (never two training jobs at once), each as
+``python -m fastrl.train --recipe NAME`` with the same seed, data, warm start and number of steps,
+in its own run directory ``OUT/seed<S>/<recipe>``, then writes:
+
+- ``OUT/algorithms.md``, ``.csv``, ``.json``: per recipe, training wall time (sum of step times)
+  and mean seconds per step of each phase (gen, reward, prune, old, ref, update, refit), the
+  speedup over its base algorithm (GRPO for the GRPO variants, DAPO for DAPO + FastRL, GSPO for
+  GSPO + FastRL), final and best validation accuracy, kept fraction and mean group size n; with
+  several seeds, the mean and the sample standard deviation over seeds;
+- ``OUT/cost_model_check.md``: the per-step cost model (``bench/cost_model.py``) predicting each
+  pruned run's phases from its base run's seconds per token, against what was measured;
+- ``OUT/plots/accuracy_vs_time.png``: validation accuracy against training wall time, one panel per
+  base algorithm with its FastRL variants; ``OUT/plots/time_breakdown.png``: seconds per step of
+  each phase, per recipe (the paper's per-step table as bars).
+
+Modes:
+    python bench/algorithms.py --quick            # tiny model, 8 steps: the CI smoke run (minutes)
+    python bench/algorithms.py --seeds 3          # the recipes as they are (120 steps, 2,000
+                                                  # validation questions) x 3 seeds: hours
+    python bench/algorithms.py --recipes grpo,fastrl_grpo --steps 20
+    python bench/algorithms.py --report-only --out runs/bench_algorithms   # tables from finished runs
+
+A run directory holding a finished run (``FINISHED``) is reused, so an interrupted full
+benchmark continues where it stopped (``--fresh`` deletes the run directories first); a
+partly trained one resumes from its newest checkpoint (the trainer's ``checkpoint.resume=auto``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.cost_model import check_against_runs  # noqa: E402
+from tools.compare_runs import summarize  # noqa: E402
+from tools.plot_run import load  # noqa: E402
+
+#: Phases of the table (``save`` is left out: checkpoints are not part of the method's cost).
+PHASES = ("gen", "reward", "prune", "old", "ref", "update", "refit")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One recipe of the family: short label, recipe name, base label (None for a base)."""
+
+    label: str
+    recipe: str
+    base: str | None
+    title: str
+
+
+FAMILY = (
+    Entry("grpo", "easyvqa_tiny_grpo_cpu", None, "GRPO"),
+    Entry("fastrl_mdap_grpo", "easyvqa_tiny_fastrl_mdap_grpo_cpu", "grpo", "GRPO + FastRL (MDAP)"),
+    Entry("fastrl_grpo", "easyvqa_tiny_fastrl_grpo_cpu", "grpo", "GRPO + FastRL (MDAP + ARS)"),
+    Entry("cppo_grpo", "easyvqa_tiny_cppo_grpo_cpu", "grpo", "GRPO + CPPO"),
+    Entry("dapo", "easyvqa_tiny_dapo_cpu", None, "DAPO"),
+    Entry("fastrl_dapo", "easyvqa_tiny_fastrl_dapo_cpu", "dapo", "DAPO + FastRL"),
+    Entry("gspo", "easyvqa_tiny_gspo_cpu", None, "GSPO"),
+    Entry("fastrl_gspo", "easyvqa_tiny_fastrl_gspo_cpu", "gspo", "GSPO + FastRL"),
+)
+BY_LABEL = {e.label: e for e in FAMILY} | {e.recipe: e for e in FAMILY}
+
+#: ``--quick``: the recipes' model and their cached warm start (shared with ``make run``), 8 prompts x
+#: 8 rollouts, mini-batches of 2 prompts (so the refill multiple, 16 rollouts, lets pruning show),
+#: 8 steps, 64 validation questions, adaptive sampling periods of 3 steps so that ARS acts.
+QUICK = [
+    "rollout.prompts_per_step=8", "trainer.mini_batch_prompts=2", "parallel.micro_batch_size=8",
+    "data.val_size=64", "trainer.val_every=4", "adaptive_sampling.period_steps=3", "reward.num_workers=1",
+]
+QUICK_STEPS = 8
+#: Overrides of every run (both modes): no progress bar or TensorBoard, one checkpoint kept.
+COMMON = ["logging.progress_bar=false", "logging.tensorboard=false", "checkpoint.keep_last=1"]
+
+
+def seed_overrides(seed: int) -> list[str]:
+    """A seed sets the global seed, the rollout sampling seed and the data shuffling seed."""
+    return [f"trainer.seed={seed}", f"rollout.seed={seed}", f"data.shuffle_seed={seed}"]
+
+
+def run_recipe(entry: Entry, seed_dir: Path, overrides: list[str], *, threads: int, timeout: float) -> dict:
+    """Train one recipe in a subprocess; returns its wall seconds.
+
+    A finished run with the same arguments is reused, a partial one resumes from its newest
+    checkpoint; a run directory trained with other arguments is an error (``--fresh`` deletes it).
+    """
+    run_dir = seed_dir / entry.recipe
+    log_path = seed_dir / f"{entry.recipe}.log"
+    args_path = seed_dir / f"{entry.recipe}.args.json"
+    cmd = [sys.executable, "-m", "fastrl.train", "--recipe", entry.recipe, *overrides,
+           f"logging.output_dir={seed_dir}", f"trainer.torch_threads={threads}"]
+    if run_dir.exists():
+        previous = json.loads(args_path.read_text()) if args_path.exists() else None
+        if previous != cmd[3:]:
+            raise SystemExit(
+                f"algorithms: {run_dir} holds a run with other settings ({args_path}: {previous}); "
+                "pass --fresh to delete it or choose another --out"
+            )
+        if (run_dir / "FINISHED").exists():
+            print(f"  {entry.label}: reusing the finished run in {run_dir}", flush=True)
+            return {"reused": True}
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(threads), TOKENIZERS_PARALLELISM="false")
+    seed_dir.mkdir(parents=True, exist_ok=True)
+    args_path.write_text(json.dumps(cmd[3:]))
+    start = time.perf_counter()
+    with open(log_path, "w") as log:
+        log.write(" ".join(cmd) + "\n")
+        log.flush()
+        try:
+            proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise SystemExit(f"algorithms: {entry.recipe} ran past --timeout {timeout:.0f} s; its log is {log_path}")
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        tail = "".join(log_path.read_text().splitlines(keepends=True)[-30:])
+        raise SystemExit(f"algorithms: {entry.recipe} failed (exit {proc.returncode}); log {log_path}:\n{tail}")
+    load = os.getloadavg()[1]
+    print(f"  {entry.label}: {wall:.0f} s, load average {load:.1f} ({run_dir})", flush=True)
+    return {"reused": False, "process_seconds": wall, "load_average_5min": load}
+
+
+def measure_run(run_dir: Path, *, skip_steps: int = 1) -> dict[str, float]:
+    """Per-run numbers: compare_runs' validation summary plus per-step means over the steps after
+    the first ``skip_steps`` (warm-up: numba compilation, first forward passes, allocator growth),
+    including the counts the cost model uses."""
+    summary = summarize(run_dir)
+    out = {k: summary[k] for k in ("val_start", "val_final", "val_best") if k in summary}
+    train, val = load(run_dir)
+    if len(train) > skip_steps:
+        train = train[skip_steps:]
+    steps = len(train)
+
+    def mean(key: str, default: float = 0.0) -> float:
+        return sum(float(r.get(key, default) or 0.0) for r in train) / steps
+
+    gen_tokens = mean("rollout/generated_tokens")
+    rollouts = mean("prune/num_rollouts")
+    kept_rollouts = mean("prune/num_kept")
+    kept_tokens = sum(float(r.get("prune/kept_tokens", r.get("rollout/generated_tokens", 0.0))) for r in train) / steps
+    out.update({f"time/{p}": mean(f"time/{p}") for p in PHASES if any(f"time/{p}" in r for r in train)})
+    out.update({
+        "steps": float(steps),
+        "kept_fraction": mean("prune/kept_fraction", 1.0),
+        "mean_n": mean("rollout/n"),
+        "gen_tokens": gen_tokens,
+        "rollouts": rollouts,
+        "kept_rollouts": kept_rollouts,
+        "kept_tokens": kept_tokens,
+        "response_length": gen_tokens / rollouts if rollouts else 0.0,
+        "response_length_kept": kept_tokens / kept_rollouts if kept_rollouts else 0.0,
+        "step_seconds": sum(out.get(f"time/{p}", 0.0) for p in PHASES),
+        "train_time_s": sum(sum(float(r.get(f"time/{p}", 0.0) or 0.0) for p in PHASES) for r in train),
+        "val_curve": [(float(r.get("time/train_elapsed", 0.0)), float(r["val/accuracy"])) for r in val],
+    })
+    return out
+
+
+def _mean_sd(values: list[float]) -> tuple[float, float]:
+    if not values:
+        return math.nan, math.nan
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def aggregate(entries: list[Entry], per_seed: dict[int, dict[str, dict]]) -> list[dict]:
+    """One row per recipe: mean and standard deviation over seeds of every reported number.
+
+    The speedup is ``train time(base) / train time(recipe)`` within each seed, then averaged.
+    """
+    rows = []
+    for e in entries:
+        runs = [per_seed[s][e.label] for s in sorted(per_seed) if e.label in per_seed[s]]
+        row: dict = {"label": e.label, "recipe": e.recipe, "title": e.title, "base": e.base, "seeds": len(runs)}
+        keys = ["train_time_s", *[f"time/{p}" for p in PHASES], "step_seconds", "val_start", "val_final", "val_best",
+                "kept_fraction", "mean_n", "gen_tokens", "kept_tokens", "steps"]
+        for k in keys:
+            row[k], row[f"{k}_sd"] = _mean_sd([r[k] for r in runs if k in r])
+        speed = []
+        for s in sorted(per_seed):
+            base = e.base or e.label
+            if e.label in per_seed[s] and base in per_seed[s]:
+                speed.append(per_seed[s][base]["train_time_s"] / per_seed[s][e.label]["train_time_s"])
+        row["speedup"], row["speedup_sd"] = _mean_sd(speed)
+        rows.append(row)
+    return rows
+
+
+def _cell(row: dict, key: str, fmt: str, scale: float = 1.0, suffix: str = "") -> str:
+    v, sd = row.get(key, math.nan), row.get(f"{key}_sd", math.nan)
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    text = format(v * scale, fmt) + suffix
+    if row["seeds"] > 1 and not math.isnan(sd):
+        text += " ± " + format(sd * scale, fmt) + suffix
+    return text
+
+
+def markdown_table(rows: list[dict]) -> str:
+    head = ["recipe", "train time (s)", "speedup", *[f"{p} (s/step)" for p in PHASES], "val start (%)",
+            "val final (%)", "val best (%)", "kept fraction", "mean n"]
+    lines = ["| " + " | ".join(head) + " |", "| --- |" + " ---: |" * (len(head) - 1)]
+    for r in rows:
+        cells = [r["title"], _cell(r, "train_time_s", ".1f"), _cell(r, "speedup", ".2f", suffix="x"),
+                 *[_cell(r, f"time/{p}", ".3f") for p in PHASES], _cell(r, "val_start", ".1f", 100),
+                 _cell(r, "val_final", ".1f", 100), _cell(r, "val_best", ".1f", 100), _cell(r, "kept_fraction", ".3f"),
+                 _cell(r, "mean_n", ".2f")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def write_tables(out: Path, rows: list[dict], meta: dict) -> list[Path]:
+    md = out / "algorithms.md"
+    md.write_text(
+        f"# Algorithms on CPU ({meta['mode']} mode)\n\n"
+        f"Seeds: {meta['seeds']}; steps per run: {meta['steps']}; overrides: `{' '.join(meta['overrides']) or '-'}`.\n"
+        f"Train time = sum over the steps after the first {meta['skip_steps']} (warm-up) of the phases below "
+        "(validation, checkpoints and start-up excluded); "
+        "speedup = train time of the base algorithm / train time of the recipe, per seed, then averaged; "
+        "± is the standard deviation over seeds.\n\n" + markdown_table(rows) + "\n" + _load_note(meta)
+    )
+    rows = [{k: None if isinstance(v, float) and math.isnan(v) else v for k, v in r.items()} for r in rows]
+    csv_path = out / "algorithms.csv"
+    fields = [k for k in rows[0] if k != "val_curve"]
+    with open(csv_path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    js = out / "algorithms.json"
+    js.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1, default=str))
+    return [md, csv_path, js]
+
+
+def _load_note(meta: dict) -> str:
+    """A warning when other work shared the CPUs (timings then say little about the method)."""
+    loads = meta.get("load_average_5min") or {}
+    if not loads:
+        return ""
+    cores = len(os.sched_getaffinity(0))
+    worst = max(loads.values())
+    text = f"\nLoad average (5 min) at the end of each run: {min(loads.values()):.1f}-{worst:.1f} on {cores} cores.\n"
+    if worst > cores:
+        text += ("Other processes shared the CPUs: phase times, and so speedups, carry that noise "
+                 "(compare the generation phase, which pruning does not shrink, between runs).\n")
+    return text
+
+
+def write_cost_check(out: Path, entries: list[Entry], per_seed: dict[int, dict[str, dict]]) -> Path:
+    """The cost model's predictions of each pruned run (from its base run) against the measurement."""
+    seed = min(per_seed)
+    runs = per_seed[seed]
+    parts = [f"# Cost model against the measured runs (seed {seed})\n",
+             "Predicted from the base run's seconds per generated token, per rollout (rewards) and per kept "
+             "response token (old, ref, update); the pruned run's own prune time is added as measured.\n"]
+    for e in entries:
+        if e.base is None or e.label not in runs or e.base not in runs:
+            continue
+        rows = check_against_runs(runs[e.base], runs[e.label])
+        parts += [f"\n## {e.title} (base: {BY_LABEL[e.base].title})\n", "| quantity | model | measured | model / measured |",
+                  "| --- | ---: | ---: | ---: |"]
+        for name, predicted, measured in rows:
+            ratio = predicted / measured if measured else math.nan
+            parts.append(f"| {name} | {predicted:.4g} | {measured:.4g} | {ratio:.2f} |")
+    path = out / "cost_model_check.md"
+    path.write_text("\n".join(parts) + "\n")
+    return path
+
+
+def write_plots(out: Path, entries: list[Entry], per_seed: dict[int, dict[str, dict]], rows: list[dict]) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plots = out / "plots"
+    plots.mkdir(parents=True, exist_ok=True)
+    bases = [e for e in entries if e.base is None] or [BY_LABEL[e.base] for e in entries if e.base][:1]
+    fig, axes = plt.subplots(1, len(bases), figsize=(5.5 * len(bases), 4), squeeze=False)
+    for ax, base in zip(axes[0], bases):
+        members = [e for e in entries if e.label == base.label or e.base == base.label]
+        for i, e in enumerate(members):
+            for j, s in enumerate(sorted(per_seed)):
+                curve = per_seed[s].get(e.label, {}).get("val_curve", [])
+                if curve:
+                    xs, ys = zip(*curve)
+                    ax.plot(xs, [100 * y for y in ys], "o-", color=f"C{i}", alpha=1.0 if j == 0 else 0.4,
+                            label=e.title if j == 0 else None, markersize=3)
+        ax.set_title(f"{base.title} vs its FastRL variants")
+        ax.set_xlabel("training wall time (s)")
+        ax.set_ylabel("validation accuracy (%)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    acc = plots / "accuracy_vs_time.png"
+    _save(fig, acc, plt)
+
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(rows) + 2), 4.5))
+    bottom = [0.0] * len(rows)
+    for i, phase in enumerate(PHASES):
+        values = [0.0 if math.isnan(r[f"time/{phase}"]) else r[f"time/{phase}"] for r in rows]
+        ax.bar(range(len(rows)), values, bottom=bottom, label=phase, color=f"C{i}")
+        bottom = [b + v for b, v in zip(bottom, values)]
+    ax.set_xticks(range(len(rows)), [r["title"] for r in rows], rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("seconds per step (mean)")
+    ax.set_title("time per phase")
+    ax.legend(fontsize=8, ncol=2)
+    bars = plots / "time_breakdown.png"
+    _save(fig, bars, plt)
+    return [acc, bars]
+
+
+def _save(fig, path: Path, plt) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def select_entries(spec: str | None) -> list[Entry]:
+    if not spec:
+        return list(FAMILY)
+    out = []
+    for name in (s.strip() for s in spec.split(",") if s.strip()):
+        if name not in BY_LABEL:
+            raise SystemExit(f"algorithms: unknown recipe {name!r}; choose from {', '.join(e.label for e in FAMILY)} "
+                             "(or the full recipe names)")
+        out.append(BY_LABEL[name])
+    return [e for e in FAMILY if e in out]  # the family's order
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="tiny model and few steps (the CI smoke run)")
+    p.add_argument("--recipes", help="comma-separated subset, e.g. grpo,fastrl_grpo (default: all eight)")
+    p.add_argument("--steps", type=int, help=f"training steps per run (default: the recipes' own; {QUICK_STEPS} with --quick)")
+    p.add_argument("--seeds", type=int, default=1, help="seeds 1..N per recipe (mean and spread over seeds)")
+    p.add_argument("--out", type=Path, help="output directory (default runs/bench_algorithms[_quick])")
+    p.add_argument("--threads", type=int, default=2, help="torch threads of each training process")
+    p.add_argument("--timeout", type=float, default=4 * 3600, help="seconds one training run may take")
+    p.add_argument("--fresh", action="store_true", help="delete existing run directories first")
+    p.add_argument("--skip-steps", type=int, default=1, help="warm-up steps left out of the timings (default 1)")
+    p.add_argument("--report-only", action="store_true", help="only rebuild tables and plots from finished runs")
+    p.add_argument("overrides", nargs="*", help="extra dotted key=value overrides for every run")
+    args = p.parse_args(argv)
+    if args.seeds < 1:
+        p.error(f"--seeds must be >= 1, got {args.seeds}")
+    if args.steps is not None and args.steps < 1:
+        p.error(f"--steps must be >= 1, got {args.steps}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    entries = select_entries(args.recipes)
+    missing_bases = sorted({e.base for e in entries if e.base and BY_LABEL[e.base] not in entries})
+    if missing_bases:
+        print(f"algorithms: note: base run(s) {', '.join(missing_bases)} not selected; their speedups are left empty")
+    out = args.out or REPO / "runs" / ("bench_algorithms_quick" if args.quick else "bench_algorithms")
+    steps = args.steps or (QUICK_STEPS if args.quick else None)
+    overrides = [*(QUICK if args.quick else []), *COMMON, *([f"trainer.max_steps={steps}"] if steps else []), *args.overrides]
+    seeds = list(range(1, args.seeds + 1))
+    start = time.perf_counter()
+    processes: dict[str, float] = {}
+    loads: dict[str, float] = {}
+    if not args.report_only:
+        for seed in seeds:
+            seed_dir = out / f"seed{seed}"
+            print(f"seed {seed}: {len(entries)} runs into {seed_dir}", flush=True)
+            for e in entries:
+                if args.fresh and (seed_dir / e.recipe).exists():
+                    shutil.rmtree(seed_dir / e.recipe)
+                info = run_recipe(e, seed_dir, [*overrides, *seed_overrides(seed)], threads=args.threads, timeout=args.timeout)
+                if "process_seconds" in info:
+                    processes[f"seed{seed}/{e.label}"] = info["process_seconds"]
+                    loads[f"seed{seed}/{e.label}"] = info["load_average_5min"]
+    per_seed: dict[int, dict[str, dict]] = {}
+    for seed in seeds:
+        for e in entries:
+            run_dir = out / f"seed{seed}" / e.recipe
+            if (run_dir / "metrics.jsonl").exists():
+                per_seed.setdefault(seed, {})[e.label] = measure_run(run_dir, skip_steps=args.skip_steps)
+    if not per_seed:
+        raise SystemExit(f"algorithms: no run found under {out}")
+    rows = aggregate(entries, per_seed)
+    meta = {"mode": "quick" if args.quick else "full", "seeds": sorted(per_seed), "steps": steps or "recipe default",
+            "overrides": [*(QUICK if args.quick else []), *args.overrides], "skip_steps": args.skip_steps, "process_seconds": processes,
+            "load_average_5min": loads,
+            "bench_seconds": time.perf_counter() - start}
+    written = write_tables(out, rows, meta)
+    written.append(write_cost_check(out, entries, per_seed))
+    written += write_plots(out, entries, per_seed, rows)
+    print(markdown_table(rows))
+    print(f"\nbenchmark wall time: {meta['bench_seconds']:.0f} s")
+    for path in written:
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
