@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from fastrl.checkpoint.manager import CheckpointError, CheckpointManager
+from fastrl.distributed import world
 
 if TYPE_CHECKING:  # pragma: no cover
     from fastrl.training.trainer import Trainer
@@ -147,6 +148,7 @@ class CheckpointIO:
         cfg = trainer.cfg.checkpoint
         self.root = Path(cfg.dir) if cfg.dir else trainer.run_dir / "checkpoints"
         self.manager = CheckpointManager(self.root, keep_last=cfg.keep_last)
+        self.last_saved_step: int | None = None
 
     # ---- save -----------------------------------------------------------------------------
 
@@ -158,7 +160,7 @@ class CheckpointIO:
         staging = self.manager.root / f".tmp-step_{t.step:08d}"
         if t.ctx.rank == 0:
             staging = self.manager.staging_dir(t.step)
-        t._barrier()
+        world.barrier()
         with t.timer.phase("save"):
             (staging / "actor").mkdir(exist_ok=True, parents=True)
             (staging / "rng").mkdir(exist_ok=True)
@@ -167,14 +169,15 @@ class CheckpointIO:
             torch.save(rng_state(), staging / "rng" / f"rank_{t.ctx.rank:05d}.pt")
             if t.ctx.rank == 0:
                 torch.save(self._train_state(), staging / TRAIN_STATE)
-            t._barrier()
+            world.barrier()
             info = None
             if t.ctx.rank == 0:
                 info = self.manager.publish(t.step, staging, extra={"recipe": t.cfg.recipe})
                 if best:
                     self.manager.mark_best(t.step)
-            t._barrier()
+            world.barrier()
         path = self.root / f"step_{t.step:08d}"
+        self.last_saved_step = t.step
         if t.ctx.is_logging_rank:
             logger.info("checkpoint saved: %s%s", path, " (best)" if best else "")
         del info

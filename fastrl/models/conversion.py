@@ -46,6 +46,7 @@ import torch
 
 from fastrl.checkpoint.manager import COMPLETE_MARKER, CheckpointError, CheckpointManager
 from fastrl.checkpoint.state import TRAIN_STATE
+from fastrl.distributed import world
 
 IMPORT_INFO = "fastrl_import.json"
 EXPORT_INFO = "fastrl_export.json"
@@ -275,23 +276,6 @@ def _rank() -> int:
     return dist.get_rank() if dist.is_initialized() else 0
 
 
-def _broadcast(obj: Any) -> Any:
-    import torch.distributed as dist
-
-    if not dist.is_initialized() or dist.get_world_size() == 1:
-        return obj
-    box = [obj]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
-
-
-def _barrier() -> None:
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        dist.barrier()
-
-
 def _sharded_model_state(policy) -> dict[str, Any]:
     """The actor's sharded state dict in the trainer's checkpoint format (model only)."""
     from types import SimpleNamespace
@@ -346,11 +330,11 @@ def import_hf(
         hf_dir, parallel=parallel, precision=_precision(torch_dtype), model=ModelConfig(seed=seed), trainable=False
     )
     _check_tying(policy, config, hf_dir)
-    staging = _broadcast(_staging_for(out) if _rank() == 0 else None)
+    staging = world.broadcast_object(_staging_for(out) if _rank() == 0 else None)
     (staging / ACTOR_DIR).mkdir(exist_ok=True)
-    _barrier()
+    world.barrier()
     _dist_checkpointing().save(_sharded_model_state(policy), str(staging / ACTOR_DIR))
-    _barrier()
+    world.barrier()
     if _rank() == 0:
         copy_model_metadata(hf_dir, staging / HF_FILES_DIR)
         info = {
@@ -366,7 +350,7 @@ def import_hf(
         (staging / IMPORT_INFO).write_text(json.dumps(info, indent=1) + "\n")
         _write_marker(staging, {"kind": "import"})
         os.replace(staging, out)
-    _barrier()
+    world.barrier()
     return out
 
 
@@ -667,7 +651,7 @@ def export_hf(
         config = read_hf_config(template)
         torch_dtype = resolve_dtype(dtype, config)
         policy = load_policy(checkpoint, template, parallel=parallel, dtype=torch_dtype)
-        staging = _broadcast(_staging_for(out) if _rank() == 0 else None)
+        staging = world.broadcast_object(_staging_for(out) if _rank() == 0 else None)
         writer = ShardWriter(Path(staging), max_shard_bytes) if _rank() == 0 else None
         for name, tensor in _progress(
             hf_weights(policy, config, dtype=torch_dtype), enabled=progress and _rank() == 0, desc=f"export {out.name}"
@@ -691,7 +675,7 @@ def export_hf(
             }
             (Path(staging) / EXPORT_INFO).write_text(json.dumps(info, indent=1) + "\n")
             os.replace(staging, out)
-        _barrier()
+        world.barrier()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return out

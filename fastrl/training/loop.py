@@ -99,7 +99,8 @@ def run_loop(t: "Trainer", stop: "StopRequest") -> dict[str, Any]:
         if cfg.trainer.val_every and t.step % cfg.trainer.val_every == 0 and t.step < t.total_steps:
             last_val = _validate_and_track(t, log, io)
         if cfg.checkpoint.save_every and t.step % cfg.checkpoint.save_every == 0 and t.step < t.total_steps:
-            io.save()
+            if io.last_saved_step != t.step:  # a new best at this step was just saved
+                io.save()
     if bar is not None:
         bar.close()
     finished = t.step >= t.total_steps
@@ -111,7 +112,8 @@ def run_loop(t: "Trainer", stop: "StopRequest") -> dict[str, Any]:
         log.log(t.step, {"ars/new_n": float(new_n), **decision}, kind="stage_end")
     if finished:
         last_val = _validate_and_track(t, log, io, final=True)
-    io.save()
+    if io.last_saved_step != t.step:  # the final step may just have been saved as the best
+        io.save()
     if finished and t.ctx.is_logging_rank:
         write_finished(t.run_dir, t.step)
     log.close()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -97,7 +96,7 @@ class Trainer:
         base = self._cache_dir() / "models" / f"tiny-{key}"
         if self.ctx.rank == 0:
             build_tiny_hf_model_dir(base, m, min_pixels=d.min_pixels, max_pixels=d.max_pixels)
-        self._barrier()
+        world.barrier()
         if not self.cfg.warm_start.enabled:
             return base
         from fastrl.training.warm_start import run_warm_start
@@ -110,7 +109,7 @@ class Trainer:
                 seed=self.cfg.trainer.seed, torch_threads=self.cfg.trainer.torch_threads,
             )
             self.start_metrics.update(metrics)
-        out = self._broadcast_object(out)
+        out = world.broadcast_object(out)
         return Path(out)
 
     def _build_models(self) -> None:
@@ -165,14 +164,6 @@ class Trainer:
         per_epoch = max(1, len(self.train) // self.cfg.rollout.prompts_per_step)
         total = t.epochs * per_epoch
         return min(total, t.max_steps) if t.max_steps else total
-
-    # ---- small distributed helpers ------------------------------------------------------------
-
-    def _barrier(self) -> None:
-        world.barrier()
-
-    def _broadcast_object(self, obj: Any) -> Any:
-        return world.broadcast_object(obj)
 
     # ---- phases -------------------------------------------------------------------------------
 
@@ -282,16 +273,11 @@ class Trainer:
         self._log_global(m, "accuracy", scored.accuracy, scored.valid)
         self._log_global(m, "format", scored.formatted.float(), scored.valid)
         self._log_global(m, "advantage", adv, scored.valid)
-        m["advantage/abs_mean"] = float(collectives.all_reduce_sum_dp(adv.abs().sum().double()) / max(1.0, float(collectives.all_reduce_sum_dp(torch.tensor(float(len(adv)), dtype=torch.float64)))))
+        m["advantage/abs_mean"] = _global_mean_std(adv.abs())[0]
         m["response/length_mean"] = float(scored.response_lengths.float().mean())
 
     def _log_global(self, m: dict, name: str, values: torch.Tensor, valid: torch.Tensor) -> None:
-        v = values[valid].double()
-        stats = collectives.all_reduce_sum_dp(torch.stack([v.sum(), (v * v).sum(), torch.tensor(float(v.numel()), dtype=torch.float64)]))
-        count = max(float(stats[2]), 1.0)
-        mean = float(stats[0]) / count
-        m[f"{name}/mean"] = mean
-        m[f"{name}/std"] = math.sqrt(max(float(stats[1]) / count - mean * mean, 0.0))
+        m[f"{name}/mean"], m[f"{name}/std"] = _global_mean_std(values[valid])
 
     def policy_batch(self, scored: ScoredRollouts, rows: Sequence[int]):
         return to_policy_batch(scored, list(rows), pad_token_id=self.engine.pad_token_id)
@@ -422,6 +408,15 @@ class Trainer:
 
         with StopRequest((self.cfg.stage.exit_signal, "TERM")) as stop:
             return run_loop(self, stop)
+
+
+def _global_mean_std(values: torch.Tensor) -> tuple[float, float]:
+    """Mean and standard deviation of ``values`` over every DP rank (one all-reduce of 3 floats)."""
+    v = values.double()
+    stats = collectives.all_reduce_sum_dp(torch.stack([v.sum(), (v * v).sum(), torch.tensor(float(v.numel()), dtype=torch.float64)]))
+    count = max(float(stats[2]), 1.0)
+    mean = float(stats[0]) / count
+    return mean, math.sqrt(max(float(stats[1]) / count - mean * mean, 0.0))
 
 
 def _num_groups(scored: ScoredRollouts | None) -> int:
