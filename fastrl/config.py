@@ -502,6 +502,13 @@ class CheckpointConfig:
     keep_last: int = doc(2, "Complete checkpoints kept (best is kept in addition).")
     resume: str = doc("auto", "'auto': the newest complete checkpoint if any; 'none'; or a directory.")
     save_optimizer: bool = doc(True, "Include optimizer state (needed for exact resume).")
+    optimizer_format: Literal["fully_reshardable", "dp_reshardable"] = doc(
+        "fully_reshardable",
+        "DistributedOptimizer state layout in the checkpoint (megatron-core sharding types): "
+        "'fully_reshardable' is stored per parameter in model space (gathered on DP rank 0 while "
+        "saving) and resumes at any TP/PP/DP layout; 'dp_reshardable' stores each rank's flat "
+        "buffer shard (no gather, less memory at save) and resumes only at the same TP/PP sizes.",
+    )
 
     def __post_init__(self) -> None:
         _check(self.keep_last >= 1, "checkpoint.keep_last must be >= 1")

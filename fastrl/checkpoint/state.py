@@ -4,7 +4,8 @@ A checkpoint directory (published atomically by :class:`CheckpointManager`) hold
 
 - ``actor/``: megatron-core ``dist_checkpointing`` of the actor's model chunks and (unless
   ``checkpoint.save_optimizer=false``) its optimizer state, sharded by TP/PP/DP as megatron does
-  (the DistributedOptimizer in the ``dp_reshardable`` format);
+  (the DistributedOptimizer in megatron's ``fully_reshardable`` format by default, so a run resumes
+  at another TP/PP/DP layout; ``checkpoint.optimizer_format=dp_reshardable`` reshards over DP only);
 - ``train_state.pt``: step, data sampler, adaptive sampler, LR scheduler, best validation, wall
   time, and the config it was written with;
 - ``rng/rank_XXXXX.pt``: each rank's RNG states (torch CPU/CUDA, Python, numpy, megatron's tracker).
@@ -15,6 +16,7 @@ same rollouts as an uninterrupted one.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 from pathlib import Path
@@ -32,7 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
 logger = logging.getLogger("fastrl.checkpoint")
 
 TRAIN_STATE = "train_state.pt"
-_OPTIM_METADATA = {"distrib_optim_sharding_type": "dp_reshardable"}
+_OPTIM_METADATA = {"distrib_optim_sharding_type": "fully_reshardable"}
 # Keys of the config that must match to resume (the model and its parallel layout).
 _STRUCTURAL = ("model",)
 
@@ -89,8 +91,11 @@ def _unwrapped(chunks):
     return unwrap_model(list(chunks))
 
 
-def actor_sharded_state_dict(actor, *, with_optimizer: bool, is_loading: bool) -> dict[str, Any]:
-    """megatron sharded state dict of the actor's model chunks (+ optimizer)."""
+def actor_sharded_state_dict(
+    actor, *, with_optimizer: bool, is_loading: bool, optimizer_format: str = "fully_reshardable"
+) -> dict[str, Any]:
+    """megatron sharded state dict of the actor's model chunks (+ optimizer in ``optimizer_format``,
+    a megatron ``distrib_optim_sharding_type``)."""
     models = _unwrapped(actor.policy.chunks)
     if len(models) == 1:
         model_sd = models[0].sharded_state_dict()
@@ -99,7 +104,9 @@ def actor_sharded_state_dict(actor, *, with_optimizer: bool, is_loading: bool) -
         state = {f"model{i}": m.sharded_state_dict() for i, m in enumerate(models)}
         model_sd = {k: v for k, v in state.items()}
     if with_optimizer:
-        state["optimizer"] = actor.optimizer.sharded_state_dict(model_sd, is_loading=is_loading, metadata=_OPTIM_METADATA)
+        state["optimizer"] = actor.optimizer.sharded_state_dict(
+            model_sd, is_loading=is_loading, metadata={"distrib_optim_sharding_type": optimizer_format}
+        )
     return state
 
 
@@ -125,19 +132,52 @@ def adam_steps(optimizer) -> list[float]:
     return out
 
 
+@contextlib.contextmanager
+def _torch_adam_step_tolerated(optimizer):
+    """Let megatron's ``fully_reshardable`` loader fill a torch Adam state that has ``step``.
+
+    megatron-core 0.16 copies every key of the destination state (``param``, ``exp_avg``,
+    ``exp_avg_sq`` and, with torch's Adam -- no Apex / Transformer Engine -- the per-parameter
+    ``step``) from the checkpoint, whose per-parameter entries never hold ``step``: a KeyError.
+    Within this block the loader is handed the destination's own ``step`` for that key (a no-op
+    copy); :func:`_restore_adam_steps` then sets the count from the train state. With Apex or
+    Transformer Engine (``step`` kept per group) nothing changes.
+    """
+    patched = []
+    for opt in getattr(optimizer, "chained_optimizers", [optimizer]):
+        if not hasattr(opt, "_set_main_param_and_optimizer_states"):
+            continue
+        original = opt._set_main_param_and_optimizer_states
+
+        def setter(model_param, tensors, _opt=opt, _original=original):
+            current = _opt._get_main_param_and_optimizer_states(model_param)
+            if "step" in current and "step" not in tensors:
+                tensors = {**tensors, "step": current["step"]}
+            _original(model_param, tensors)
+
+        opt._set_main_param_and_optimizer_states = setter
+        patched.append(opt)
+    try:
+        yield
+    finally:
+        for opt in patched:
+            del opt._set_main_param_and_optimizer_states
+
+
 def _restore_adam_steps(optimizer, step: float) -> None:
     """Set every parameter's Adam ``step`` to ``step``, each in its own tensor.
 
-    Without Apex / Transformer Engine, megatron-core 0.16's DistributedOptimizer neither restores
-    the ``step`` count from a ``dp_reshardable`` checkpoint (it keeps the placeholder's) nor keeps
-    the tensors apart (it assigns one shared tensor that torch's Adam then increments once per
-    parameter), so the bias correction of a resumed run would drift from an uninterrupted one.
-    The count is saved in the train state instead. The exact-resume test catches both.
+    Without Apex / Transformer Engine, megatron-core 0.16's DistributedOptimizer does not restore
+    torch Adam's per-parameter ``step`` from a checkpoint in either format (``dp_reshardable``
+    keeps the placeholder's and assigns one shared tensor that torch's Adam then increments once
+    per parameter; ``fully_reshardable`` skips it), so the bias correction of a resumed run would
+    drift from an uninterrupted one. The count is saved in the train state instead. The
+    exact-resume test catches both.
     """
     for opt in getattr(optimizer, "chained_optimizers", [optimizer]):
         for state in opt.optimizer.state.values():
-            if isinstance(state.get("step"), torch.Tensor):
-                state["step"] = torch.tensor(step, dtype=state["step"].dtype)
+            if "exp_avg" in state:
+                state["step"] = torch.tensor(float(step), dtype=torch.float32)
 
 
 class CheckpointIO:
@@ -164,7 +204,10 @@ class CheckpointIO:
         with t.timer.phase("save"):
             (staging / "actor").mkdir(exist_ok=True, parents=True)
             (staging / "rng").mkdir(exist_ok=True)
-            state = actor_sharded_state_dict(t.actor, with_optimizer=t.cfg.checkpoint.save_optimizer, is_loading=False)
+            state = actor_sharded_state_dict(
+                t.actor, with_optimizer=t.cfg.checkpoint.save_optimizer, is_loading=False,
+                optimizer_format=t.cfg.checkpoint.optimizer_format,
+            )
             dist_checkpointing.save(state, str(staging / "actor"))
             torch.save(rng_state(), staging / "rng" / f"rank_{t.ctx.rank:05d}.pt")
             if t.ctx.rank == 0:
@@ -197,6 +240,8 @@ class CheckpointIO:
             "config": t.cfg.to_dict(),
             "world_size": t.ctx.world_size,
             "adam_step": max(adam_steps(t.actor.optimizer), default=0.0),
+            "optimizer_format": t.cfg.checkpoint.optimizer_format,
+            "parallel": {"tp": t.ctx.tp_size, "pp": t.ctx.pp_size, "dp": t.ctx.dp_size},
         }
 
     # ---- resume ---------------------------------------------------------------------------
@@ -235,9 +280,23 @@ class CheckpointIO:
                     f"({saved_cfg.get(key)} vs {t.cfg.to_dict().get(key)}); it cannot be loaded into this run"
                 )
         with_opt = t.cfg.checkpoint.save_optimizer
+        optimizer_format = state.get("optimizer_format", "dp_reshardable")
+        saved_layout = state.get("parallel")
+        here = {"tp": t.ctx.tp_size, "pp": t.ctx.pp_size, "dp": t.ctx.dp_size}
+        if with_opt and optimizer_format == "dp_reshardable" and saved_layout is not None and (
+            (saved_layout["tp"], saved_layout["pp"]) != (here["tp"], here["pp"])
+        ):
+            raise CheckpointError(
+                f"checkpoint {path} stores its optimizer state as 'dp_reshardable', written at TP={saved_layout['tp']} "
+                f"PP={saved_layout['pp']}; this run uses TP={here['tp']} PP={here['pp']}. Resume at the saved TP/PP "
+                "sizes (the DP size may change), or write checkpoints with checkpoint.optimizer_format=fully_reshardable "
+                "(the default) to change TP/PP on resume"
+            )
         if with_opt:
             _ensure_optimizer_state(t.actor.optimizer)
-        sharded = actor_sharded_state_dict(t.actor, with_optimizer=with_opt, is_loading=True)
+        sharded = actor_sharded_state_dict(
+            t.actor, with_optimizer=with_opt, is_loading=True, optimizer_format=optimizer_format
+        )
         try:
             with torch.no_grad():
                 loaded = dist_checkpointing.load(sharded, str(path / "actor"))
@@ -254,7 +313,7 @@ class CheckpointIO:
             for i, m in enumerate(models):
                 m.load_state_dict(loaded[f"model{i}"])
         if with_opt:
-            with torch.no_grad():
+            with torch.no_grad(), _torch_adam_step_tolerated(t.actor.optimizer):
                 t.actor.optimizer.load_state_dict(loaded["optimizer"])
             _restore_adam_steps(t.actor.optimizer, state["adam_step"])
         t.actor.scheduler.load_state_dict(state["scheduler"])
@@ -268,4 +327,8 @@ class CheckpointIO:
             set_rng_state(torch.load(rng_file, weights_only=False))
         t.refit({})
         if t.ctx.is_logging_rank:
-            logger.info("resumed from %s at step %d (n=%d)", path, t.step, t.group_size())
+            moved = "" if saved_layout in (None, here) else (
+                f" (resharded from TP={saved_layout['tp']} PP={saved_layout['pp']} DP={saved_layout['dp']} "
+                f"to TP={here['tp']} PP={here['pp']} DP={here['dp']})"
+            )
+            logger.info("resumed from %s at step %d (n=%d)%s", path, t.step, t.group_size(), moved)

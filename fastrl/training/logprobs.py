@@ -54,7 +54,10 @@ def forward_step_fn(
     def forward_step(data_iterator: Any, model: torch.nn.Module) -> tuple[torch.Tensor, Callable]:
         mb = next(it)
         output = model(**mb.model_inputs())
-        return output, partial(_call_loss, loss_fn, mb)
+        # A stage's output is sent to the next stage as is; point-to-point sends need a contiguous
+        # tensor (the Qwen2.5-VL chunk returns a transposed view in training mode with more than
+        # one rollout per micro-batch). A copy when needed; gradients flow through it.
+        return output.contiguous(), partial(_call_loss, loss_fn, mb)
 
     return forward_step
 
