@@ -478,6 +478,11 @@ class TrainerConfig:
     )
     val_every: int = doc(20, "Validate every K steps (0: only at the end).")
     val_before_train: bool = doc(True, "Validate the starting policy.")
+    val_only: bool = doc(
+        False,
+        "Validate the starting policy (after the warm start, or the checkpoint being resumed) and "
+        "exit: no training step, no checkpoint written.",
+    )
     logprobs_before_pruning: bool = doc(
         False,
         "Compute old/reference log-probs on the full batch before pruning. Forced on when KL is "

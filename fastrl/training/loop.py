@@ -58,6 +58,15 @@ def run_loop(t: "Trainer", stop: "StopRequest") -> dict[str, Any]:
         run_name=cfg.logging.run_name or cfg.recipe, config=cfg.to_dict(), enabled=t.ctx.is_logging_rank,
     )
     summary: dict[str, Any] = {"resumed_from": resumed, "run_dir": str(t.run_dir)}
+    if cfg.trainer.val_only:
+        if t.start_metrics:
+            log.log(t.step, t.start_metrics, kind="start")
+        val = t.validate()
+        log.log(t.step, val, kind="val")
+        _print_val(t, t.step, val)
+        log.close()
+        summary.update({"step": t.step, "val_only": True, "val_end": val})
+        return summary
     if (t.run_dir / FINISHED_FILE).exists() or t.step >= t.total_steps:
         logger.info("training already complete at step %d (of %d); nothing to do", t.step, t.total_steps)
         summary["already_complete"] = True

@@ -1,0 +1,16 @@
+"""``trainer.val_only=true``: validate the starting policy and exit, without training or saving."""
+
+from tests.functional.conftest import read_jsonl, run_train
+
+
+def test_val_only_validates_and_trains_nothing(tmp_path):
+    proc = run_train(tmp_path, "trainer.val_only=true")
+    run_dir = tmp_path / "easyvqa_tiny_fastrl_grpo_cpu"
+    records = read_jsonl(run_dir / "metrics.jsonl")
+    assert [r["kind"] for r in records if r["kind"] in ("train", "val")] == ["val"]
+    val = next(r for r in records if r["kind"] == "val")
+    assert val["step"] == 0 and val["val/questions"] == 16
+    assert 0.0 <= val["val/accuracy"] <= 1.0
+    assert not (run_dir / "checkpoints").exists() or not any((run_dir / "checkpoints").iterdir())
+    assert not (run_dir / "FINISHED").exists()
+    assert "validation @ step 0" in proc.stdout + proc.stderr
