@@ -10,7 +10,7 @@
 #
 # Example (two nodes of 8 GPUs, three stages of at most 4 hours):
 #   slurm/submit.sh --recipe qwen25vl_7b_fastrl_grpo_geo3k_h100_bf16 --run-dir runs/geo3k-7b \
-#       --stages 3 rollout.n=8 -- --nodes=2 --ntasks-per-node=8 --gpus-per-node=8 --time=04:00:00
+#       --stages 3 rollout.n=8 parallel.world_size=16 -- --nodes=2 --ntasks-per-node=8 --gpus-per-node=8 --time=04:00:00
 #
 # A run is finished when DIR/FINISHED exists (the trainer writes it when the last step is done);
 # submitting a finished run, or a run that still has jobs in the queue, submits nothing and says so.
