@@ -19,6 +19,15 @@ def _dist_ready() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
+def comm_device(group: dist.ProcessGroup | None, like: torch.device) -> torch.device:
+    """Where a tensor must be for a collective over ``group``: the current CUDA device for NCCL,
+    ``like`` (the tensor's own device) for gloo. Callers move there and back, so the trainer may
+    keep batches and metrics on the CPU under either backend."""
+    if group is not None and dist.get_backend(group) == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return like
+
+
 def dp_group() -> dist.ProcessGroup | None:
     """megatron-core's data-parallel group of this rank (None without torch.distributed)."""
     if not _dist_ready():
@@ -55,12 +64,8 @@ def pipeline_size() -> int:
 
 
 def all_reduce_sum_dp(value: torch.Tensor) -> torch.Tensor:
-    """Sum of ``value`` over the data-parallel group (a new tensor; the input is not changed)."""
-    out = value.detach().clone()
-    group = dp_group()
-    if group is not None and dist.get_world_size(group) > 1:
-        dist.all_reduce(out, op=dist.ReduceOp.SUM, group=group)
-    return out
+    """Sum of ``value`` over the data-parallel group (a new tensor on ``value``'s device)."""
+    return all_reduce_dp(value, "sum")
 
 
 def all_reduce_dp(value: torch.Tensor, op: str = "sum") -> torch.Tensor:
@@ -68,11 +73,12 @@ def all_reduce_dp(value: torch.Tensor, op: str = "sum") -> torch.Tensor:
     ops = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
     if op not in ops:
         raise ValueError(f"op must be one of {sorted(ops)}, got {op!r}")
-    out = value.detach().clone()
     group = dp_group()
-    if group is not None and dist.get_world_size(group) > 1:
-        dist.all_reduce(out, op=ops[op], group=group)
-    return out
+    if group is None or dist.get_world_size(group) == 1:
+        return value.detach().clone()
+    out = value.detach().to(comm_device(group, value.device), copy=True)
+    dist.all_reduce(out, op=ops[op], group=group)
+    return out.to(value.device)
 
 
 def all_gather_dp(value: torch.Tensor) -> list[torch.Tensor]:
@@ -87,16 +93,17 @@ def all_gather_dp(value: torch.Tensor) -> list[torch.Tensor]:
     if value.dtype in _WIDENED:  # gloo cannot gather these dtypes: exchange them as int32
         return [t.to(value.dtype) for t in all_gather_dp(value.to(torch.int32))]
     world = dist.get_world_size(group)
-    n = torch.tensor([value.shape[0]], dtype=torch.int64, device=value.device)
+    device = comm_device(group, value.device)
+    n = torch.tensor([value.shape[0]], dtype=torch.int64, device=device)
     sizes = [torch.zeros_like(n) for _ in range(world)]
     dist.all_gather(sizes, n, group=group)
     counts = [int(s.item()) for s in sizes]
     rows = max(counts)
-    padded = torch.zeros((rows, *value.shape[1:]), dtype=value.dtype, device=value.device)
+    padded = torch.zeros((rows, *value.shape[1:]), dtype=value.dtype, device=device)
     padded[: value.shape[0]] = value.detach()
     out = [torch.empty_like(padded) for _ in range(world)]
     dist.all_gather(out, padded, group=group)
-    return [t[:c] for t, c in zip(out, counts)]
+    return [t[:c].to(value.device) for t, c in zip(out, counts)]
 
 
 def all_gather_objects_dp(obj: Any) -> list[Any]:
@@ -162,12 +169,14 @@ def broadcast_from_last_pipeline_stage(
     if mpu.get_pipeline_model_parallel_world_size() == 1:
         assert tensor is not None
         return tensor
+    group = mpu.get_pipeline_model_parallel_group()
+    on = comm_device(group, torch.device(device))
     if mpu.is_pipeline_last_stage():
-        buf = tensor.detach().to(dtype).contiguous()
+        buf = tensor.detach().to(device=on, dtype=dtype).contiguous()
     else:
-        buf = torch.empty(tuple(shape), dtype=dtype, device=device)
-    dist.broadcast(buf, src=mpu.get_pipeline_model_parallel_last_rank(), group=mpu.get_pipeline_model_parallel_group())
-    return buf
+        buf = torch.empty(tuple(shape), dtype=dtype, device=on)
+    dist.broadcast(buf, src=mpu.get_pipeline_model_parallel_last_rank(), group=group)
+    return buf.to(device)
 
 
 def broadcast_object_from_last_pipeline_stage(obj: Any) -> Any:

@@ -34,6 +34,7 @@ def any_rank(flag: bool) -> bool:
     """True on every rank when ``flag`` is true on at least one (a MAX all-reduce of one int)."""
     if not _multi():
         return bool(flag)
-    value = torch.tensor([int(bool(flag))], dtype=torch.int64)
+    on_gpu = dist.get_backend() == "nccl"  # NCCL reduces CUDA tensors only
+    value = torch.tensor([int(bool(flag))], dtype=torch.int64, device="cuda" if on_gpu else "cpu")
     dist.all_reduce(value, op=dist.ReduceOp.MAX)
     return bool(value.item())

@@ -52,7 +52,7 @@ def forward_step_fn(
     it = iter(micro_batches)
 
     def forward_step(data_iterator: Any, model: torch.nn.Module) -> tuple[torch.Tensor, Callable]:
-        mb = next(it)
+        mb = next(it).to(next(model.parameters()).device)  # batches stay on the CPU; micro-batches move
         output = model(**mb.model_inputs())
         # A stage's output is sent to the next stage as is; point-to-point sends need a contiguous
         # tensor (the Qwen2.5-VL chunk returns a transposed view in training mode with more than
@@ -85,7 +85,8 @@ def compute_log_probs(
         temperature: sampling temperature of the rollouts.
 
     Returns:
-        float32 [N, T] on every pipeline stage, zero outside ``batch.response_mask``.
+        float32 [N, T] on every pipeline stage, on ``batch``'s device (micro-batches run on the
+        model's device), zero outside ``batch.response_mask``.
     """
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
@@ -106,7 +107,7 @@ def compute_log_probs(
         forward_only=True,
         collect_non_loss_data=True,
     )
-    result = torch.cat(outputs) if collectives.pipeline_is_last_stage() else None
+    result = torch.cat(outputs).to(batch.input_ids.device) if collectives.pipeline_is_last_stage() else None
     return collectives.broadcast_from_last_pipeline_stage(
         result, (len(batch), batch.seq_length), torch.float32, batch.input_ids.device
     )

@@ -75,6 +75,21 @@ class PolicyBatch:
             tensors={k: v[idx] for k, v in self.tensors.items()},
         )
 
+    def to(self, device: torch.device | str) -> "PolicyBatch":
+        """The batch on ``device`` (every tensor, images included); ``self`` when already there."""
+        device = torch.device(device)
+        if self.input_ids.device == device:
+            return self
+        move = lambda xs: None if xs is None else [None if x is None else x.to(device) for x in xs]  # noqa: E731
+        return PolicyBatch(
+            input_ids=self.input_ids.to(device),
+            attention_mask=self.attention_mask.to(device),
+            response_mask=self.response_mask.to(device),
+            pixel_values=move(self.pixel_values),
+            image_grid_thw=move(self.image_grid_thw),
+            tensors={k: v.to(device) for k, v in self.tensors.items()},
+        )
+
     def with_tensors(self, **tensors: torch.Tensor) -> "PolicyBatch":
         """A copy with ``tensors`` added (or replaced)."""
         return replace(self, tensors={**self.tensors, **tensors})
