@@ -56,6 +56,8 @@ def run(config: RunConfig) -> int:
         (trainer.run_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
         log.info("run directory: %s", trainer.run_dir)
         log.info("metrics: %s", trainer.run_dir / "metrics.jsonl")
+        if summary.get("val_only"):
+            return 0
         log.info("checkpoints: %s", trainer.run_dir / "checkpoints")
         try:
             from fastrl.plots import plot
