@@ -34,7 +34,6 @@ if TYPE_CHECKING:  # pragma: no cover
 logger = logging.getLogger("fastrl.checkpoint")
 
 TRAIN_STATE = "train_state.pt"
-_OPTIM_METADATA = {"distrib_optim_sharding_type": "fully_reshardable"}
 # Keys of the config that must match to resume (the model and its parallel layout).
 _STRUCTURAL = ("model",)
 

@@ -10,6 +10,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from fastrl.distributed.collectives import comm_device
+
 
 def _multi() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
@@ -34,7 +36,6 @@ def any_rank(flag: bool) -> bool:
     """True on every rank when ``flag`` is true on at least one (a MAX all-reduce of one int)."""
     if not _multi():
         return bool(flag)
-    on_gpu = dist.get_backend() == "nccl"  # NCCL reduces CUDA tensors only
-    value = torch.tensor([int(bool(flag))], dtype=torch.int64, device="cuda" if on_gpu else "cpu")
+    value = torch.tensor([int(bool(flag))], dtype=torch.int64, device=comm_device(dist.group.WORLD, torch.device("cpu")))
     dist.all_reduce(value, op=dist.ReduceOp.MAX)
     return bool(value.item())
