@@ -347,6 +347,13 @@ class PruningConfig:
         "When too few pruned rollouts exist to refill to a multiple, pad instead of failing.",
     )
     seed: int = doc(0, "Seed of the random and advantage-only pruners.")
+    weighting: Literal["none", "bucket_size"] = doc(
+        "none",
+        "none: kept rollouts train with weight 1 (paper and reference); bucket_size: each kept "
+        "rollout's advantage is scaled by (members / kept) of its advantage bucket, normalized to "
+        "mean 1, so every bucket weighs what it did before pruning (beyond the paper; see "
+        "fastrl/algorithms/prune_weights.py).",
+    )
 
     def __post_init__(self) -> None:
         _check(0 <= self.similarity_threshold <= 1, "pruning.similarity_threshold must be in [0, 1]")

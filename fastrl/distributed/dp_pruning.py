@@ -147,6 +147,26 @@ def dp_global_prune(local: LocalPruningInputs, prune: Callable[[GlobalPruningInp
     return DPPruneOutcome(result=result, keep=keep, inputs=inputs, keep_local=keep[mine])
 
 
+def scale_local_advantages(batch: PolicyBatch, outcome: DPPruneOutcome, weights: torch.Tensor) -> PolicyBatch:
+    """``batch`` with each rollout's advantage multiplied by its global weight.
+
+    Args:
+        batch: this rank's local rollouts (the rows ``LocalPruningInputs`` described).
+        outcome: from :func:`dp_global_prune`.
+        weights: float [N], one weight per global rollout (DP-rank order, identical on every rank),
+            e.g. :func:`fastrl.algorithms.prune_weights.bucket_size_weights`.
+
+    Raises:
+        ValueError: ``weights`` does not have one value per global rollout.
+    """
+    inputs = outcome.inputs
+    if weights.shape != (len(inputs),):
+        raise ValueError(f"weights of shape {tuple(weights.shape)} for {len(inputs)} rollouts")
+    adv = batch.tensors["advantages"]
+    mine = weights[inputs.owners == collectives.dp_rank()].to(adv)
+    return batch.with_tensors(advantages=adv * mine)
+
+
 def repartition(batch: PolicyBatch, outcome: DPPruneOutcome) -> PolicyBatch:
     """This rank's share of the kept rollouts after balancing (same count on every DP rank).
 

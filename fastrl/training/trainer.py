@@ -285,7 +285,7 @@ class Trainer:
     def prune(self, scored: ScoredRollouts, batch, step: int, m: dict):
         """DP-global pruning: gather the metadata over DP, run the same selection on every rank."""
         from fastrl.algorithms.minhash import ResponseSketch, minhash_sketch
-        from fastrl.distributed.dp_pruning import LocalPruningInputs, dp_global_prune
+        from fastrl.distributed.dp_pruning import LocalPruningInputs, dp_global_prune, scale_local_advantages
 
         cfg = self.cfg.pruning
         multiple = self.cfg.update_multiple(self.ctx.dp_size, n=self.group_size())
@@ -309,9 +309,25 @@ class Trainer:
             m["prune/dropped_for_geometry"] = float(dropped)
             return result
 
-        self._prune_outcome = dp_global_prune(local, select)
-        result = self._prune_outcome.result
+        outcome = self._prune_outcome = dp_global_prune(local, select)
+        result = outcome.result
         m.update(result.metrics())
+        kept_adv = outcome.inputs.advantages[outcome.keep].double()
+        if cfg.weighting == "bucket_size":
+            from fastrl.algorithms.prune_weights import bucket_size_weights
+
+            g = outcome.inputs
+            w = bucket_size_weights(
+                g.advantages.float(), g.group_ids, outcome.keep, semantics=cfg.semantics, adv_tolerance=cfg.adv_tolerance
+            )
+            batch.tensors["advantages"] = scale_local_advantages(batch, outcome, w).tensors["advantages"]
+            kept_w = w[outcome.keep].double()
+            kept_adv = kept_adv * kept_w
+            m["prune/weight_max"] = float(kept_w.max())
+        # What the update sees: the kept set's mean advantage (0 for an unpruned GRPO batch) and response length.
+        m["prune/kept_advantage_mean"] = float(kept_adv.mean())
+        if result.kept_tokens is not None:
+            m["prune/kept_response_length_mean"] = result.kept_tokens / max(result.num_kept, 1)
         return result
 
     def repartition(self, batch, prune, m: dict):

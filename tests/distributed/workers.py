@@ -218,9 +218,11 @@ def split_sizes(total: int, dp: int, uneven: bool) -> list[int]:
     return sizes
 
 
-def pruning_worker(tp: int, num_groups: int, n: int, multiple: int, mode: str) -> dict[str, Any]:
-    """DP-global MDAP pruning + re-partition on this rank's share of :func:`make_rollouts`."""
+def pruning_worker(tp: int, num_groups: int, n: int, multiple: int, mode: str, weighted: bool = False) -> dict[str, Any]:
+    """DP-global MDAP pruning + re-partition on this rank's share of :func:`make_rollouts`
+    (``weighted``: advantages scaled by the global bucket-size weights before the re-partition)."""
     from fastrl.algorithms.minhash import ResponseSketch, minhash_sketch
+    from fastrl.algorithms.prune_weights import bucket_size_weights
     from fastrl.algorithms.pruning import mdap_select
     from fastrl.distributed import dp_pruning
 
@@ -250,6 +252,11 @@ def pruning_worker(tp: int, num_groups: int, n: int, multiple: int, mode: str) -
             return mdap_select(g.advantages, g.group_ids, sketch, multiple=multiple)
 
     outcome = dp_pruning.dp_global_prune(local, prune)
+    if weighted:
+        g = outcome.inputs
+        local_batch = dp_pruning.scale_local_advantages(
+            local_batch, outcome, bucket_size_weights(g.advantages, g.group_ids, outcome.keep)
+        )
     mine = dp_pruning.repartition(local_batch, outcome)
     offsets = [sum(sizes[:r]) for r in range(ctx.dp_size + 1)]
     same = dp_pruning.repartition_kept(local_batch, outcome.keep, offsets)  # the trainer's entry point

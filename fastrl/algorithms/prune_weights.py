@@ -1,0 +1,71 @@
+"""Stratified weights for a pruned batch: each advantage bucket keeps the weight it had.
+
+Beyond the paper (``pruning.weighting="bucket_size"``; the reference and the paper train on the
+kept rollouts with weight 1). Pruning keeps about one rollout per advantage bucket when responses
+are near-copies, so a group of 8 with 6 right (``A = +0.53``) and 2 wrong (``A = -1.59``) can train
+on one of each: the kept advantages sum to ``-1.06`` where the full group's sum to 0, and the wrong
+minority gets three times the weight it had. Scaling each kept rollout by
+``members(bucket) / kept(bucket)`` makes the kept set a stratified sample of the full batch: every
+bucket that keeps at least one rollout contributes ``members x A`` as before pruning, and a group's
+kept advantages sum to what the whole group's did (0 for GRPO) unless a bucket lost every member.
+
+Weights are normalized to mean 1 over the kept rollouts, so the loss scale (and the gradient norm
+before clipping) stays comparable with unweighted pruning.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from fastrl.algorithms._checks import check_choice
+from fastrl.algorithms.pruning import _buckets, _prepare_batch, _to_numpy
+
+__all__ = ["bucket_size_weights"]
+
+_SEMANTICS = ("reference", "paper")
+
+
+def bucket_size_weights(
+    advantages: Any,
+    group_ids: Any,
+    keep: Any,
+    *,
+    semantics: Literal["reference", "paper"] = "reference",
+    adv_tolerance: float = 1e-4,
+) -> torch.Tensor:
+    """Per-rollout weights that restore each advantage bucket's share after pruning.
+
+    Buckets are the MDAP buckets (spec section 2.1): within a group, advantages rounded to 4
+    decimals (``semantics="reference"``) or single-link clusters closer than ``adv_tolerance``
+    (``"paper"``). A kept rollout of bucket ``b`` gets ``members(b) / kept(b)``; a pruned one gets 0;
+    then the kept weights are divided by their mean.
+
+    Args:
+        advantages: float [N], one scalar per rollout (the values the pruner saw).
+        group_ids: int [N], one id per prompt.
+        keep: bool [N], the pruner's final keep mask (``PruneResult.keep``).
+        semantics, adv_tolerance: the bucketing of :func:`fastrl.algorithms.pruning.mdap_select`.
+
+    Returns:
+        float32 [N]: weights, mean 1 over the kept rows, 0 on the pruned rows.
+
+    Raises:
+        ValueError: mismatched lengths, an empty keep mask, non-finite advantages or a bad option.
+    """
+    check_choice(semantics, "semantics", _SEMANTICS)
+    b = _prepare_batch(advantages, group_ids)
+    kept = _to_numpy(keep).astype(bool).reshape(-1)
+    if kept.shape[0] != b.n:
+        raise ValueError(f"`keep` has {kept.shape[0]} rows but `advantages` has {b.n}; they must match")
+    if not kept.any():
+        raise ValueError("`keep` keeps no rollout: there is nothing to weight")
+    bid, num_buckets = _buckets(b, semantics, float(adv_tolerance))
+    members = np.bincount(bid, minlength=num_buckets).astype(np.float64)
+    kept_in = np.bincount(bid[kept], minlength=num_buckets).astype(np.float64)
+    w = np.zeros(b.n, dtype=np.float64)
+    w[kept] = members[bid[kept]] / kept_in[bid[kept]]
+    w[kept] /= w[kept].mean()
+    return torch.from_numpy(w.astype(np.float32))
