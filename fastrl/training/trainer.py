@@ -285,7 +285,7 @@ class Trainer:
     def prune(self, scored: ScoredRollouts, batch, step: int, m: dict):
         """DP-global pruning: gather the metadata over DP, run the same selection on every rank."""
         from fastrl.algorithms.minhash import ResponseSketch, minhash_sketch
-        from fastrl.distributed.dp_pruning import LocalPruningInputs, dp_global_prune, scale_local_advantages
+        from fastrl.distributed.dp_pruning import LocalPruningInputs, dp_global_prune
 
         cfg = self.cfg.pruning
         multiple = self.cfg.update_multiple(self.ctx.dp_size, n=self.group_size())
@@ -313,14 +313,14 @@ class Trainer:
         result = outcome.result
         m.update(result.metrics())
         kept_adv = outcome.inputs.advantages[outcome.keep].double()
+        self._prune_weights = None
         if cfg.weighting == "bucket_size":
             from fastrl.algorithms.prune_weights import bucket_size_weights
 
             g = outcome.inputs
-            w = bucket_size_weights(
+            w = self._prune_weights = bucket_size_weights(
                 g.advantages.float(), g.group_ids, outcome.keep, semantics=cfg.semantics, adv_tolerance=cfg.adv_tolerance
             )
-            batch.tensors["advantages"] = scale_local_advantages(batch, outcome, w).tensors["advantages"]
             kept_w = w[outcome.keep].double()
             kept_adv = kept_adv * kept_w
             m["prune/weight_max"] = float(kept_w.max())
@@ -333,8 +333,10 @@ class Trainer:
     def repartition(self, batch, prune, m: dict):
         """The kept rollouts this DP rank trains on: equal counts on every rank and near-equal
         token loads, moving as few rollouts between ranks as a balanced partition allows."""
-        from fastrl.distributed.dp_pruning import repartition
+        from fastrl.distributed.dp_pruning import repartition, scale_local_advantages
 
+        if self._prune_weights is not None:  # pruning.weighting: each rank scales its own rows first
+            batch = scale_local_advantages(batch, self._prune_outcome, self._prune_weights)
         out = repartition(batch, self._prune_outcome)
         m["prune/kept_rows_this_rank"] = float(len(out))
         return out
