@@ -128,5 +128,10 @@ def easyvqa_tiny_gspo_cpu() -> RunConfig:
 
 @register()
 def easyvqa_tiny_fastrl_gspo_cpu() -> RunConfig:
-    """GSPO + FastRL (MDAP + ARS)."""
+    """GSPO + FastRL (MDAP + ARS), the paper's unweighted pruning.
+
+    Sequence-mean losses are sensitive to the kept set's advantage mix (docs/results.md, "GSPO +
+    FastRL learned late"); add ``pruning.weighting=bucket_size`` to keep each group's advantages
+    zero-sum after pruning.
+    """
     return _with_fastrl(_gspo(_tiny_base("easyvqa_tiny_fastrl_gspo_cpu")))
