@@ -2,9 +2,9 @@
 
 Beyond the paper (``pruning.weighting="bucket_size"``; the reference and the paper train on the
 kept rollouts with weight 1). Pruning keeps about one rollout per advantage bucket when responses
-are near-copies, so a group of 8 with 6 right (``A = +0.53``) and 2 wrong (``A = -1.59``) can train
-on one of each: the kept advantages sum to ``-1.06`` where the full group's sum to 0, and the wrong
-minority gets three times the weight it had. Scaling each kept rollout by
+are near-copies, so a group of 8 with 6 right (``A = +0.54``) and 2 wrong (``A = -1.62``) can train
+on one of each: the kept advantages sum to ``-1.08`` where the full group's sum to 0, and the wrong
+minority weighs as much as the right majority. Scaling each kept rollout by
 ``members(bucket) / kept(bucket)`` makes the kept set a stratified sample of the full batch: every
 bucket that keeps at least one rollout contributes ``members x A`` as before pruning, and a group's
 kept advantages sum to what the whole group's did (0 for GRPO) unless a bucket lost every member.
