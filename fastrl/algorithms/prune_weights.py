@@ -21,11 +21,9 @@ import numpy as np
 import torch
 
 from fastrl.algorithms._checks import check_choice
-from fastrl.algorithms.pruning import _buckets, _prepare_batch, _to_numpy
+from fastrl.algorithms.pruning import _SEMANTICS, _buckets, _prepare_batch, _to_numpy
 
 __all__ = ["bucket_size_weights"]
-
-_SEMANTICS = ("reference", "paper")
 
 
 def bucket_size_weights(

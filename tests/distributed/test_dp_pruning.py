@@ -41,7 +41,7 @@ def _check(results, num_groups, n, multiple, mode, weighted=False):
     want = sorted((tuple(row[row != 0].tolist()), float(a)) for row, a in zip(batch.input_ids[expected], trained[expected]))
     assert [g[0] for g in got] == [w[0] for w in want]
     torch.testing.assert_close(torch.tensor([g[1] for g in got]), torch.tensor([w[1] for w in want]))
-    return trained[expected]
+    return expected, trained[expected]
 
 
 @pytest.mark.parametrize(
@@ -69,9 +69,8 @@ def test_bucket_size_weights_travel_with_their_rollouts():
     """Each rank scales its own rows by the global weights; after the re-partition every kept
     rollout carries advantage x weight, and each group's kept advantages sum to 0 again."""
     results = run_distributed(pruning_worker, 2, 1, 6, 4, 2, "exact", True)
-    trained = _check(results, 6, 4, 2, "exact", weighted=True)
-    batch, group_ids, advantages, responses = make_rollouts(6, 4)
-    keep = mdap_select(advantages, group_ids, responses, multiple=2).keep
+    keep, trained = _check(results, 6, 4, 2, "exact", weighted=True)
+    _, group_ids, advantages, _ = make_rollouts(6, 4)
     sums = torch.zeros(6, dtype=torch.float64).index_add_(0, group_ids[keep], trained)
     torch.testing.assert_close(sums, torch.zeros(6, dtype=torch.float64), atol=1e-6, rtol=0)
     unweighted = torch.zeros(6, dtype=torch.float64).index_add_(0, group_ids[keep], advantages[keep])
