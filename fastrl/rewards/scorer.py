@@ -36,7 +36,6 @@ from typing import Literal
 
 from fastrl.rewards.registry import get_reward, is_custom_spec
 from fastrl.rewards.result import RewardResult
-from fastrl.rewards.worker import serve
 
 # The directory holding the ``fastrl`` package, so that worker interpreters import this copy.
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
@@ -85,6 +84,11 @@ class _Worker:
             )
             child_sock.close()
         else:
+            # Imported here, not at module level: ``python -m fastrl.rewards.worker`` imports the
+            # package (and so this module) before it runs the worker as ``__main__``, and runpy
+            # warns when the worker module is already in sys.modules by then.
+            from fastrl.rewards.worker import serve
+
             child = Connection(child_sock.detach())
             threading.Thread(target=serve, args=(child, spec), daemon=True, name="reward-grader").start()
         self.conn = Connection(parent_sock.detach())
