@@ -130,8 +130,9 @@ def easyvqa_tiny_gspo_cpu() -> RunConfig:
 def easyvqa_tiny_fastrl_gspo_cpu() -> RunConfig:
     """GSPO + FastRL (MDAP + ARS), the paper's unweighted pruning.
 
-    Sequence-mean losses are sensitive to the kept set's advantage mix (docs/results.md, "GSPO +
-    FastRL learned late"); add ``pruning.weighting=bucket_size`` to keep each group's advantages
-    zero-sum after pruning.
+    Sequence-mean losses are sensitive to the kept set (its advantage mix and its response
+    lengths): this recipe left the warm start's plateau late on one seed of three, and
+    ``pruning.weighting=bucket_size`` did not make it reliable (docs/results.md, "GSPO + FastRL
+    learned late").
     """
     return _with_fastrl(_gspo(_tiny_base("easyvqa_tiny_fastrl_gspo_cpu")))
