@@ -138,3 +138,6 @@ def test_workers_do_not_reimport_the_main_module(tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "1.5"
     assert marker.read_text() == "imported\n"
+    # The workers share this stderr: `python -m fastrl.rewards.worker` must start without runpy's
+    # "found in sys.modules after import of package" warning.
+    assert "RuntimeWarning" not in out.stderr, out.stderr
