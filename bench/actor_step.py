@@ -88,7 +88,7 @@ def synthetic_batch(hf_dir: Path, rollouts: int, prompt_len: int, response_len: 
     import torch
     from transformers import AutoTokenizer
 
-    from fastrl.training.policy_batch import PolicyBatch
+    from fastrl.batch import PolicyBatch
 
     tok = AutoTokenizer.from_pretrained(hf_dir)
     words = torch.tensor(sorted(i for t, i in tok.get_vocab().items() if not t.startswith("<")))
@@ -125,7 +125,7 @@ def measure(name: str, precision: str, args: argparse.Namespace, cache: Path) ->
     from fastrl.config import AlgorithmConfig, ConfigError, OptimizerConfig, ParallelConfig, PrecisionConfig
     from fastrl.models.provider import build_policy
     from fastrl.training.actor import Actor
-    from fastrl.training.logprobs import compute_log_probs
+    from fastrl.models.logprobs import compute_log_probs
 
     row: dict = {"model": name, "precision": precision}
     parallel = ParallelConfig(micro_batch_size=args.micro_batch, use_distributed_optimizer=True)

@@ -28,7 +28,7 @@ from fastrl.config import (
     TrainerConfig,
     WarmStartConfig,
 )
-from recipes import register
+from recipes.registry import register
 
 
 def _tiny_base(name: str) -> RunConfig:

@@ -33,7 +33,7 @@ from fastrl.config import (
     RunConfig,
     TrainerConfig,
 )
-from recipes import register
+from recipes.registry import register
 from recipes.cpu import _dapo, _gspo, _with_fastrl
 
 _MODELS = {

@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fastrl.plots import PHASES, load, phase_means  # noqa: E402
+from fastrl.training.plots import PHASES, load, phase_means  # noqa: E402
 
 
 def summarize(run_dir: Path) -> dict[str, float]:

@@ -94,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     from fastrl.checkpoint.manager import CheckpointError
     from fastrl.config import ConfigError
     from fastrl.distributed.launch import LaunchError
+    from fastrl.checkpoint.resolve import read_train_state
     from fastrl.models import conversion
 
     if args.tp < 1 or args.pp < 1:
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "export":  # cheap checks first, before starting the model-parallel group
             checkpoint = conversion.resolve_checkpoint(args.ckpt, args.step)
             if checkpoint.kind == "trainer" and args.hf is None:
-                conversion.read_train_state(checkpoint.path)
+                read_train_state(checkpoint.path)
         else:
             conversion.read_hf_config(args.hf)
             conversion.hf_weight_names(args.hf)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fastrl.plots import PHASES, load, phase_means, plot  # noqa: E402,F401  (re-exported for scripts)
+from fastrl.training.plots import PHASES, load, phase_means, plot  # noqa: E402,F401  (re-exported for scripts)
 
 
 def main(argv: list[str] | None = None) -> int:

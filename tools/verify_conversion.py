@@ -105,9 +105,9 @@ def sample_inputs(hf_dir: Path, *, prompt: str = DEFAULT_PROMPT, image: Path | N
 
 
 def policy_batch(inputs: dict[str, torch.Tensor], device: torch.device | str = "cpu"):
-    """The inputs as a :class:`~fastrl.training.policy_batch.PolicyBatch` (the megatron forward's
+    """The inputs as a :class:`~fastrl.batch.PolicyBatch` (the megatron forward's
     input) on ``device``."""
-    from fastrl.training.policy_batch import PolicyBatch
+    from fastrl.batch import PolicyBatch
 
     inputs = {k: v.to(device) for k, v in inputs.items()}
     ids = inputs["input_ids"]
@@ -159,7 +159,8 @@ def compare(policy, hf_dir: Path, inputs: dict[str, torch.Tensor]) -> Report | N
     """Compare the megatron ``policy`` with ``hf_dir`` (collective; returns the report on rank 0)."""
     import torch.distributed as dist
 
-    from fastrl.models.conversion import hf_weights, megatron_logits, read_hf_config
+    from fastrl.models.conversion import hf_weights, read_hf_config
+    from fastrl.models.logprobs import megatron_logits
 
     rank0 = not dist.is_initialized() or dist.get_rank() == 0
     config = read_hf_config(hf_dir)

@@ -17,15 +17,8 @@ from fastrl.algorithms.importance_sampling import truncated_importance_weights
 from fastrl.algorithms.kl import k1, k2, kl_estimate, low_var_kl
 from fastrl.algorithms.losses import aggregate_loss, gspo_loss, kl_loss, loss_denominator, ppo_clip_loss
 from fastrl.algorithms.minhash import ResponseSketch, estimate_jaccard, minhash_sketch
-from fastrl.algorithms.pruning import (
-    PruneResult,
-    advantage_only_select,
-    cppo_select,
-    jaccard,
-    mdap_select,
-    random_select,
-    refill_need,
-)
+from fastrl.algorithms.baseline_pruners import advantage_only_select, cppo_select, random_select
+from fastrl.algorithms.pruning import PruneResult, jaccard, mdap_select, refill_need
 
 __all__ = [
     "AdaptiveRolloutSampler",

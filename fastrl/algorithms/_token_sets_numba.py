@@ -19,6 +19,22 @@ import numpy as np
 from numba import njit
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_ONE = np.uint64(1)
+
+
+@njit(cache=True, nogil=True)
+def _group_buffers(row_off, n_max):  # pragma: no cover - compiled
+    """Work buffers of both kernels for ``G = len(row_off) - 1`` groups of at most ``n_max`` rows.
+
+    Returns ``(G, out, hist, sizes)``: ``out`` int64 [G, n_max, n_max] (the intersections, zeroed),
+    ``hist`` int64 [n_max, ceil(n_max / 8), 256] (per-row byte histograms of earlier-row masks),
+    ``sizes`` int64 [n_max] (``|S_r|`` of the current group's rows).
+    """
+    num_groups = row_off.shape[0] - 1
+    out = np.zeros((num_groups, n_max, n_max), dtype=np.int64)
+    hist = np.zeros((n_max, (n_max + 7) // 8, 256), dtype=np.int64)
+    sizes = np.zeros(n_max, dtype=np.int64)
+    return num_groups, out, hist, sizes
 
 
 @njit(cache=True, nogil=True)
@@ -40,12 +56,8 @@ def _expand(hist, sizes, out, g, n):  # pragma: no cover - compiled
 def direct_kernel(items, item_off, row_off, n_max, stamp, mask):  # pragma: no cover - compiled
     """``stamp``: int64 [table_size] filled with -1; ``mask``: uint64 [table_size, ceil(n_max / 64)]
     (any content). Allocated by the caller: numpy fills them much faster than compiled code."""
-    num_groups = row_off.shape[0] - 1
+    num_groups, out, hist, sizes = _group_buffers(row_off, n_max)
     words = mask.shape[1]
-    out = np.zeros((num_groups, n_max, n_max), dtype=np.int64)
-    hist = np.zeros((n_max, (n_max + 7) // 8, 256), dtype=np.int64)
-    sizes = np.zeros(n_max, dtype=np.int64)
-    one = np.uint64(1)
     for g in range(num_groups):
         r0 = row_off[g]
         n = row_off[g + 1] - r0
@@ -54,7 +66,7 @@ def direct_kernel(items, item_off, row_off, n_max, stamp, mask):  # pragma: no c
             r = r0 + lr
             w = lr >> 6
             sh = np.uint64(lr & 63)
-            bit = one << sh
+            bit = _ONE << sh
             nq = (lr + 7) >> 3  # bytes holding the bits of rows 0..lr-1
             new_items = 0
             for p in range(item_off[r], item_off[r + 1]):
@@ -63,7 +75,7 @@ def direct_kernel(items, item_off, row_off, n_max, stamp, mask):  # pragma: no c
                 stamp[x] = g
                 if words == 1:
                     m = mask[x, 0] * seen  # 0 when the slot is stale (first time in this group)
-                    new = np.int64(1) - np.int64((m >> sh) & one)
+                    new = np.int64(1) - np.int64((m >> sh) & _ONE)
                     new_items += new
                     for q in range(nq):
                         hist[lr, q, np.int64((m >> np.uint64(8 * q)) & np.uint64(255))] += new
@@ -73,7 +85,7 @@ def direct_kernel(items, item_off, row_off, n_max, stamp, mask):  # pragma: no c
                         for k in range(words):
                             mask[x, k] = 0
                     m = mask[x, w]
-                    new = np.int64(1) - np.int64((m >> sh) & one)
+                    new = np.int64(1) - np.int64((m >> sh) & _ONE)
                     new_items += new
                     for q in range(nq):
                         mw = mask[x, q >> 3]
@@ -88,12 +100,8 @@ def direct_kernel(items, item_off, row_off, n_max, stamp, mask):  # pragma: no c
 def hashed_kernel(items, item_off, row_off, n_max, keys, stamp, mask):  # pragma: no cover - compiled
     """``keys``: int64 [cap]; ``stamp``: int64 [cap] filled with -1; ``mask``: uint64
     [cap, ceil(n_max / 64)]; ``cap`` a power of two >= 2x the items of the largest group."""
-    num_groups = row_off.shape[0] - 1
+    num_groups, out, hist, sizes = _group_buffers(row_off, n_max)
     words = mask.shape[1]
-    out = np.zeros((num_groups, n_max, n_max), dtype=np.int64)
-    hist = np.zeros((n_max, (n_max + 7) // 8, 256), dtype=np.int64)
-    sizes = np.zeros(n_max, dtype=np.int64)
-    one = np.uint64(1)
     for g in range(num_groups):
         r0 = row_off[g]
         n = row_off[g + 1] - r0
@@ -109,7 +117,7 @@ def hashed_kernel(items, item_off, row_off, n_max, keys, stamp, mask):  # pragma
         for lr in range(n):
             r = r0 + lr
             w = lr >> 6
-            bit = one << np.uint64(lr & 63)
+            bit = _ONE << np.uint64(lr & 63)
             nq = (lr + 7) >> 3
             new_items = 0
             for p in range(item_off[r], item_off[r + 1]):

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from fastrl.algorithms._checks import check_choice
-from fastrl.algorithms.pruning import _SEMANTICS, _buckets, _prepare_batch, _to_numpy
+from fastrl.algorithms._prune_batch import SEMANTICS, advantage_buckets, prepare_batch, to_numpy
 
 __all__ = ["bucket_size_weights"]
 
@@ -53,14 +53,14 @@ def bucket_size_weights(
     Raises:
         ValueError: mismatched lengths, an empty keep mask, non-finite advantages or a bad option.
     """
-    check_choice(semantics, "semantics", _SEMANTICS)
-    b = _prepare_batch(advantages, group_ids)
-    kept = _to_numpy(keep).astype(bool).reshape(-1)
+    check_choice(semantics, "semantics", SEMANTICS)
+    b = prepare_batch(advantages, group_ids)
+    kept = to_numpy(keep).astype(bool).reshape(-1)
     if kept.shape[0] != b.n:
         raise ValueError(f"`keep` has {kept.shape[0]} rows but `advantages` has {b.n}; they must match")
     if not kept.any():
         raise ValueError("`keep` keeps no rollout: there is nothing to weight")
-    bid, num_buckets = _buckets(b, semantics, float(adv_tolerance))
+    bid, num_buckets = advantage_buckets(b, semantics, float(adv_tolerance))
     members = np.bincount(bid, minlength=num_buckets).astype(np.float64)
     kept_in = np.bincount(bid[kept], minlength=num_buckets).astype(np.float64)
     w = np.zeros(b.n, dtype=np.float64)

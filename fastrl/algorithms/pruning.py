@@ -1,10 +1,11 @@
-"""Rollout pruning: MDAP (FastRL) and the baseline pruners (CPPO, random, advantage-only).
+"""Rollout pruning: the result type, Jaccard similarity and MDAP (FastRL); Phase 2 refill.
 
-Spec section 2. All pruners take one scalar advantage per rollout, computed on the full batch
-(advantages are never recomputed after pruning), and the group id of each rollout; they return a
-:class:`PruneResult` whose ``keep`` mask is in input row order. Results depend on the inputs only:
-no global random state (the random pruners take an explicit ``torch.Generator``), and ties are
-broken by batch order.
+Spec section 2. All pruners (MDAP here, the baselines CPPO / random / advantage-only in
+:mod:`fastrl.algorithms.baseline_pruners`) take one scalar advantage per rollout, computed on the
+full batch (advantages are never recomputed after pruning), and the group id of each rollout; they
+return a :class:`PruneResult` whose ``keep`` mask is in input row order. Results depend on the
+inputs only: no global random state (the random pruners take an explicit ``torch.Generator``), and
+ties are broken by batch order.
 
 MDAP, Maximizing Differential Advantage Pruning (FastRL paper, section 3.2):
 
@@ -17,7 +18,8 @@ MDAP, Maximizing Differential Advantage Pruning (FastRL paper, section 3.2):
   ``J(member, k) <= similarity_threshold`` for every member ``k`` already kept.
 - Phase 2. The kept count ``K`` is raised to the next multiple of ``multiple`` with pruned rollouts,
   round robin over groups in ascending id order by decreasing ``|a|`` ("round_robin", the
-  reference), or by decreasing ``|a|`` over the whole batch ("global_abs_adv").
+  reference), or by decreasing ``|a|`` over the whole batch ("global_abs_adv"). The baselines
+  share this phase and the result assembly (:func:`finish_pruner`).
 
 Similarities are exact by default (see :mod:`fastrl.algorithms.token_sets`; identical decisions to
 a Python-set implementation); passing a :class:`~fastrl.algorithms.minhash.ResponseSketch` instead
@@ -26,32 +28,29 @@ of the token sequences uses the MinHash estimate.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
 
-from fastrl.algorithms._checks import check_choice, check_positive_int
+from fastrl.algorithms._checks import check_positive_int
+from fastrl.algorithms._prune_batch import (
+    Batch,
+    PrunerCall,
+    Refill,
+    Semantics,
+    advantage_buckets,
+    rank_by_abs_desc,
+    start_pruner,
+)
 from fastrl.algorithms.minhash import ResponseSketch, estimate_jaccard
 from fastrl.algorithms.token_sets import flatten_responses, group_intersections, ngram_items
 
-__all__ = [
-    "PruneResult",
-    "jaccard",
-    "mdap_select",
-    "cppo_select",
-    "random_select",
-    "advantage_only_select",
-    "refill_need",
-]
-
-Semantics = Literal["reference", "paper"]
-Refill = Literal["round_robin", "global_abs_adv"]
-_SEMANTICS = ("reference", "paper")
-_REFILLS = ("round_robin", "global_abs_adv")
+__all__ = ["PruneResult", "jaccard", "mdap_select", "refill_need"]
 
 
 @dataclass(frozen=True)
@@ -187,123 +186,6 @@ def jaccard(a: Any, b: Any, ngram: int = 1) -> float:
 
 
 # ----------------------------------------------------------------------------------------------
-# Input handling
-# ----------------------------------------------------------------------------------------------
-
-
-@dataclass
-class _Batch:
-    adv: np.ndarray  # [N] float32/float64, the caller's values
-    abs_adv: np.ndarray  # [N], same dtype
-    group_ids: np.ndarray  # [N] int64
-    uniq_groups: np.ndarray  # [G] ascending
-    gidx: np.ndarray  # [N] group index (rank of the group id)
-    local: np.ndarray  # [N] position of the row within its group, batch order
-    group_sizes: np.ndarray  # [G]
-    order: np.ndarray  # [N] rows sorted by (group, batch order)
-
-    @property
-    def n(self) -> int:
-        return int(self.adv.shape[0])
-
-
-def _to_numpy(x: Any) -> np.ndarray:
-    if isinstance(x, torch.Tensor):
-        return x.detach().cpu().numpy()
-    return np.asarray(x)
-
-
-def _prepare_batch(advantages: Any, group_ids: Any) -> _Batch:
-    adv = _to_numpy(advantages)
-    gid = _to_numpy(group_ids)
-    if adv.ndim != 1:
-        raise ValueError(
-            f"`advantages` must be one scalar per rollout, shape [N]; got {adv.shape} (for per-token "
-            "advantages pass fastrl.algorithms.advantages.token_to_sequence_advantages(adv, response_mask))"
-        )
-    if gid.ndim != 1:
-        raise ValueError(f"`group_ids` must have shape [N], got {gid.shape}")
-    if adv.shape[0] == 0:
-        raise ValueError("`advantages` is empty: a batch needs at least one rollout")
-    if gid.shape[0] != adv.shape[0]:
-        raise ValueError(f"`group_ids` has {gid.shape[0]} rows but `advantages` has {adv.shape[0]}; they must match")
-    if adv.dtype.kind not in "fiu":
-        raise TypeError(f"`advantages` must be real numbers, got dtype {adv.dtype}")
-    if adv.dtype.kind != "f":
-        adv = adv.astype(np.float64)
-    if gid.dtype.kind not in "iu":
-        raise TypeError(f"`group_ids` must be integers, got dtype {gid.dtype}")
-    bad = ~np.isfinite(adv)
-    if bad.any():
-        row = int(np.nonzero(bad)[0][0])
-        raise ValueError(
-            f"`advantages[{row}]` is {adv[row]}: advantages must be finite (check the rewards of group {int(gid[row])})"
-        )
-    gid = gid.astype(np.int64)
-    uniq, gidx = np.unique(gid, return_inverse=True)
-    gidx = gidx.reshape(-1)
-    sizes = np.bincount(gidx, minlength=uniq.shape[0]).astype(np.int64)
-    order = np.argsort(gidx, kind="stable")
-    starts = np.zeros(uniq.shape[0], dtype=np.int64)
-    np.cumsum(sizes[:-1], out=starts[1:])
-    local = np.empty(adv.shape[0], dtype=np.int64)
-    local[order] = np.arange(adv.shape[0]) - starts[gidx[order]]
-    return _Batch(adv, np.abs(adv), gid, uniq, gidx, local, sizes, order)
-
-
-def _check_lengths(n: int, lengths: Any, name: str) -> np.ndarray | None:
-    if lengths is None:
-        return None
-    ln = _to_numpy(lengths).astype(np.int64).reshape(-1)
-    if ln.shape[0] != n:
-        raise ValueError(f"`{name}` has {ln.shape[0]} rows but the batch has {n}")
-    return ln
-
-
-# ----------------------------------------------------------------------------------------------
-# Buckets and orders
-# ----------------------------------------------------------------------------------------------
-
-
-def _buckets(b: _Batch, semantics: str, adv_tolerance: float) -> tuple[np.ndarray, int]:
-    """Bucket id [N] (dense, sorted by group then value) and the number of buckets."""
-    if semantics == "reference":
-        key = np.round(b.adv, 4)  # in the caller's dtype, as the reference rounds its float32 values
-        srt = np.lexsort((key, b.gidx))
-        k = key[srt]
-        g = b.gidx[srt]
-        new = np.ones(b.n, dtype=bool)
-        new[1:] = (g[1:] != g[:-1]) | (k[1:] != k[:-1])
-    else:
-        v = b.adv.astype(np.float64)
-        srt = np.lexsort((v, b.gidx))
-        s = v[srt]
-        g = b.gidx[srt]
-        new = np.ones(b.n, dtype=bool)
-        new[1:] = (g[1:] != g[:-1]) | (s[1:] - s[:-1] >= adv_tolerance)
-    bid = np.empty(b.n, dtype=np.int64)
-    bid[srt] = np.cumsum(new) - 1
-    return bid, int(new.sum())
-
-
-def _rank_by_abs_desc(b: _Batch, segment: np.ndarray, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Sort ``rows`` (default: all) by (segment, |a| descending, batch order).
-
-    Returns ``(sorted_rows, rank_within_segment)`` with the rank aligned to ``sorted_rows``.
-    """
-    if rows is None:
-        rows = np.arange(b.n)
-    seg = segment[rows]
-    srt = rows[np.lexsort((rows, -b.abs_adv[rows], seg))]
-    seg_sorted = segment[srt]
-    first = np.ones(srt.shape[0], dtype=bool)
-    first[1:] = seg_sorted[1:] != seg_sorted[:-1]
-    start_idx = np.maximum.accumulate(np.where(first, np.arange(srt.shape[0]), 0))
-    rank = np.arange(srt.shape[0]) - start_idx
-    return srt, rank
-
-
-# ----------------------------------------------------------------------------------------------
 # Phase 1 (MDAP)
 # ----------------------------------------------------------------------------------------------
 
@@ -311,7 +193,7 @@ SimilarityFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
 def _exact_similarity(
-    b: _Batch, responses: Sequence[Any], ngram: int, backend: str = "auto"
+    b: Batch, responses: Sequence[Any], ngram: int, backend: str = "auto"
 ) -> tuple[SimilarityFn, np.ndarray]:
     flat, lengths = flatten_responses(responses, order=b.order)
     if lengths.shape[0] != b.n:
@@ -331,7 +213,7 @@ def _exact_similarity(
     return sim, lengths
 
 
-def _sketch_similarity(b: _Batch, sketch: ResponseSketch, ngram: int) -> tuple[SimilarityFn, np.ndarray]:
+def _sketch_similarity(b: Batch, sketch: ResponseSketch, ngram: int) -> tuple[SimilarityFn, np.ndarray]:
     if len(sketch) != b.n:
         raise ValueError(f"the response sketch has {len(sketch)} rows but `advantages` has {b.n}; they must match")
     if sketch.ngram != ngram:
@@ -344,8 +226,8 @@ def _sketch_similarity(b: _Batch, sketch: ResponseSketch, ngram: int) -> tuple[S
     return sim, sketch.lengths
 
 
-def _phase1_reference(b: _Batch, bid: np.ndarray, sim: SimilarityFn, threshold: float) -> np.ndarray:
-    srt, rank = _rank_by_abs_desc(b, bid)
+def _phase1_reference(b: Batch, bid: np.ndarray, sim: SimilarityFn, threshold: float) -> np.ndarray:
+    srt, rank = rank_by_abs_desc(b, bid)
     seed_of_bucket = srt[rank == 0]  # bucket ids are dense and sorted, so index = bucket id
     seed = seed_of_bucket[bid]
     keep = seed == np.arange(b.n)
@@ -355,8 +237,8 @@ def _phase1_reference(b: _Batch, bid: np.ndarray, sim: SimilarityFn, threshold: 
     return keep
 
 
-def _phase1_paper(b: _Batch, bid: np.ndarray, num_buckets: int, sim: SimilarityFn, threshold: float) -> np.ndarray:
-    srt, rank = _rank_by_abs_desc(b, bid)
+def _phase1_paper(b: Batch, bid: np.ndarray, num_buckets: int, sim: SimilarityFn, threshold: float) -> np.ndarray:
+    srt, rank = rank_by_abs_desc(b, bid)
     depth = int(rank.max()) + 1
     members = np.full((num_buckets, depth), -1, dtype=np.int64)
     members[bid[srt], rank] = srt
@@ -393,9 +275,22 @@ def refill_need(kept: int, multiple: int) -> int:
     return (multiple - kept % multiple) % multiple
 
 
-def _refill(
-    b: _Batch, phase1: np.ndarray, multiple: int, refill: str, allow_padding: bool, pruner: str
+def _phase2_refill(
+    b: Batch, phase1: np.ndarray, multiple: int, refill: str, allow_padding: bool, pruner: str
 ) -> tuple[np.ndarray, int, int]:
+    """Phase 2: add pruned rollouts until the kept count is a multiple of ``multiple``.
+
+    Args:
+        phase1: bool [N], Phase 1 keep mask. refill: "round_robin" or "global_abs_adv" (module
+        docstring). pruner: name used in the error message.
+
+    Returns:
+        ``(keep, num_refilled, num_padding)``: bool [N] final mask; ``num_padding`` > 0 only with
+        ``allow_padding`` when too few rollouts were pruned (then everything is kept).
+
+    Raises:
+        ValueError: too few pruned rollouts to reach a multiple and ``allow_padding`` is False.
+    """
     keep = phase1.copy()
     k = int(phase1.sum())
     need = refill_need(k, multiple)
@@ -412,7 +307,7 @@ def _refill(
         keep[:] = True
         return keep, int(pruned.size), refill_need(b.n, multiple)
     if refill == "round_robin":
-        srt, rank = _rank_by_abs_desc(b, b.gidx, pruned)
+        srt, rank = rank_by_abs_desc(b, b.gidx, pruned)
         take = srt[np.lexsort((b.gidx[srt], rank))][:need]
     else:
         take = pruned[np.lexsort((pruned, -b.abs_adv[pruned]))][:need]
@@ -420,8 +315,8 @@ def _refill(
     return keep, need, 0
 
 
-def _result(
-    b: _Batch,
+def _assemble_result(
+    b: Batch,
     phase1: np.ndarray,
     keep: np.ndarray,
     num_buckets: int,
@@ -430,6 +325,7 @@ def _result(
     lengths: np.ndarray | None,
     t0: float,
 ) -> PruneResult:
+    """The :class:`PruneResult` of masks ``phase1`` / ``keep`` (bool [N]); ``t0``: the pruner's start time."""
     counts = np.bincount(b.gidx[keep], minlength=b.uniq_groups.shape[0])
     kept_per_group = {int(g): int(c) for g, c in zip(b.uniq_groups.tolist(), counts.tolist())}
     kept_tokens = total_tokens = None
@@ -452,18 +348,22 @@ def _result(
     )
 
 
-def _check_multiple(multiple: Any, n: int, allow_padding: bool) -> int:
-    multiple = check_positive_int(multiple, "multiple")
-    if multiple > n and not allow_padding:
-        raise ValueError(
-            f"`multiple` ({multiple}) is larger than the batch ({n} rollouts): no kept set can be a multiple "
-            "of it. Lower `multiple` (the update geometry) or allow padding."
-        )
-    return multiple
+def finish_pruner(call: PrunerCall, phase1: np.ndarray, *, num_buckets: int, pruner: str) -> PruneResult:
+    """The last step of every public pruner: Phase 2 refill of the Phase 1 mask, then the result.
+
+    Args:
+        call: from :func:`~fastrl.algorithms._prune_batch.start_pruner`.
+        phase1: bool [N], the pruner's Phase 1 keep mask.
+        num_buckets: advantage buckets (0 for pruners that do not bucket).
+        pruner: name for error messages.
+    """
+    b = call.batch
+    keep, refilled, padding = _phase2_refill(b, phase1, call.multiple, call.refill, call.allow_padding, pruner)
+    return _assemble_result(b, phase1, keep, num_buckets, refilled, padding, call.lengths, call.t0)
 
 
 # ----------------------------------------------------------------------------------------------
-# Public pruners
+# MDAP
 # ----------------------------------------------------------------------------------------------
 
 
@@ -508,16 +408,15 @@ def mdap_select(
             ``multiple`` larger than the batch, or Phase 2 cannot reach a multiple (without
             ``allow_padding``). TypeError: non-integer group ids or token ids.
     """
-    t0 = time.perf_counter()
-    check_choice(semantics, "semantics", _SEMANTICS)
-    check_choice(refill, "refill", _REFILLS)
     ngram = check_positive_int(ngram, "ngram")
     if not (0.0 <= float(similarity_threshold) <= 1.0):
         raise ValueError(f"`similarity_threshold` must be in [0, 1], got {similarity_threshold}")
     if not float(adv_tolerance) >= 0.0:
         raise ValueError(f"`adv_tolerance` must be >= 0, got {adv_tolerance}")
-    b = _prepare_batch(advantages, group_ids)
-    multiple = _check_multiple(multiple, b.n, allow_padding)
+    call = start_pruner(
+        advantages, group_ids, multiple=multiple, refill=refill, allow_padding=allow_padding, semantics=semantics
+    )
+    b = call.batch
     if isinstance(responses, ResponseSketch):
         sim, lengths = _sketch_similarity(b, responses, ngram)
     elif isinstance(responses, (torch.Tensor, np.ndarray)) and responses.ndim != 1:
@@ -530,134 +429,10 @@ def mdap_select(
         if len(responses) != b.n:
             raise ValueError(f"`responses` has {len(responses)} rows but `advantages` has {b.n}; they must match")
         sim, lengths = _exact_similarity(b, responses, ngram)
-    bid, num_buckets = _buckets(b, semantics, float(adv_tolerance))
+    bid, num_buckets = advantage_buckets(b, semantics, float(adv_tolerance))
     threshold = float(similarity_threshold)
     if semantics == "reference":
         phase1 = _phase1_reference(b, bid, sim, threshold)
     else:
         phase1 = _phase1_paper(b, bid, num_buckets, sim, threshold)
-    keep, refilled, padding = _refill(b, phase1, multiple, refill, allow_padding, "MDAP")
-    return _result(b, phase1, keep, num_buckets, refilled, padding, lengths, t0)
-
-
-def _per_group_k(b: _Batch, keep_ratio: float) -> np.ndarray:
-    if not (0.0 < float(keep_ratio) <= 1.0):
-        raise ValueError(f"`keep_ratio` must be in (0, 1], got {keep_ratio}")
-    k_group = np.maximum(1, (b.group_sizes * float(keep_ratio)).astype(np.int64))
-    return k_group[b.gidx]
-
-
-def cppo_select(
-    advantages: Any,
-    group_ids: Any,
-    *,
-    keep_ratio: float = 0.5,
-    multiple: int = 1,
-    refill: Refill = "round_robin",
-    allow_padding: bool = False,
-    response_lengths: Any = None,
-) -> PruneResult:
-    """CPPO pruning (Lin et al. 2025, "CPPO: Accelerating the Training of GRPO", section 3):
-    keep the ``k = max(1, int(n * keep_ratio))`` rollouts of each group with the largest ``|a|``
-    (ties: batch order), then refill as MDAP's Phase 2.
-
-    Args:
-        advantages: float [N]; group_ids: int [N]; keep_ratio in (0, 1]; multiple / refill /
-        allow_padding: as :func:`mdap_select`; response_lengths: optional int [N] for token statistics.
-
-    Returns:
-        :class:`PruneResult` (``num_buckets`` = 0).
-    """
-    t0 = time.perf_counter()
-    check_choice(refill, "refill", _REFILLS)
-    b = _prepare_batch(advantages, group_ids)
-    multiple = _check_multiple(multiple, b.n, allow_padding)
-    lengths = _check_lengths(b.n, response_lengths, "response_lengths")
-    k = _per_group_k(b, keep_ratio)
-    srt, rank = _rank_by_abs_desc(b, b.gidx)
-    phase1 = np.zeros(b.n, dtype=bool)
-    phase1[srt[rank < k[srt]]] = True
-    keep, refilled, padding = _refill(b, phase1, multiple, refill, allow_padding, "CPPO")
-    return _result(b, phase1, keep, 0, refilled, padding, lengths, t0)
-
-
-def _check_generator(generator: Any) -> torch.Generator:
-    if not isinstance(generator, torch.Generator):
-        raise TypeError(
-            "`generator` must be a torch.Generator (seeded by the caller, identical on every rank); "
-            f"got {type(generator).__name__}"
-        )
-    return generator
-
-
-def random_select(
-    advantages: Any,
-    group_ids: Any,
-    *,
-    generator: torch.Generator,
-    keep_ratio: float = 0.5,
-    multiple: int = 1,
-    refill: Refill = "round_robin",
-    allow_padding: bool = False,
-    response_lengths: Any = None,
-) -> PruneResult:
-    """Random pruning baseline: keep ``max(1, int(n * keep_ratio))`` uniformly random rollouts per
-    group, then refill as MDAP's Phase 2.
-
-    Args:
-        generator: a seeded ``torch.Generator`` (draws N uniform numbers; same seed, same result).
-        Other arguments as :func:`cppo_select`.
-    """
-    t0 = time.perf_counter()
-    check_choice(refill, "refill", _REFILLS)
-    gen = _check_generator(generator)
-    b = _prepare_batch(advantages, group_ids)
-    multiple = _check_multiple(multiple, b.n, allow_padding)
-    lengths = _check_lengths(b.n, response_lengths, "response_lengths")
-    k = _per_group_k(b, keep_ratio)
-    u = torch.rand(b.n, generator=gen, dtype=torch.float64).numpy()
-    srt = np.lexsort((u, b.gidx))
-    first = np.ones(b.n, dtype=bool)
-    first[1:] = b.gidx[srt][1:] != b.gidx[srt][:-1]
-    rank = np.arange(b.n) - np.maximum.accumulate(np.where(first, np.arange(b.n), 0))
-    phase1 = np.zeros(b.n, dtype=bool)
-    phase1[srt[rank < k[srt]]] = True
-    keep, refilled, padding = _refill(b, phase1, multiple, refill, allow_padding, "random pruning")
-    return _result(b, phase1, keep, 0, refilled, padding, lengths, t0)
-
-
-def advantage_only_select(
-    advantages: Any,
-    group_ids: Any,
-    *,
-    generator: torch.Generator,
-    semantics: Semantics = "reference",
-    adv_tolerance: float = 1e-4,
-    multiple: int = 1,
-    refill: Refill = "round_robin",
-    allow_padding: bool = False,
-    response_lengths: Any = None,
-) -> PruneResult:
-    """Advantage-only baseline (MDAP without the similarity check): keep one uniformly random
-    rollout per advantage bucket, buckets as in :func:`mdap_select`; then refill as Phase 2.
-
-    Args:
-        generator: a seeded ``torch.Generator``. Other arguments as :func:`mdap_select` /
-        :func:`cppo_select`.
-    """
-    t0 = time.perf_counter()
-    check_choice(semantics, "semantics", _SEMANTICS)
-    check_choice(refill, "refill", _REFILLS)
-    gen = _check_generator(generator)
-    b = _prepare_batch(advantages, group_ids)
-    multiple = _check_multiple(multiple, b.n, allow_padding)
-    lengths = _check_lengths(b.n, response_lengths, "response_lengths")
-    bid, num_buckets = _buckets(b, semantics, float(adv_tolerance))
-    u = torch.rand(b.n, generator=gen, dtype=torch.float64).numpy()
-    srt = np.lexsort((u, bid))
-    first = np.ones(b.n, dtype=bool)
-    first[1:] = bid[srt][1:] != bid[srt][:-1]
-    phase1 = np.zeros(b.n, dtype=bool)
-    phase1[srt[first]] = True
-    keep, refilled, padding = _refill(b, phase1, multiple, refill, allow_padding, "advantage-only pruning")
-    return _result(b, phase1, keep, num_buckets, refilled, padding, lengths, t0)
+    return finish_pruner(dataclasses.replace(call, lengths=lengths), phase1, num_buckets=num_buckets, pruner="MDAP")

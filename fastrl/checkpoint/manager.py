@@ -22,16 +22,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-COMPLETE_MARKER = "COMPLETE"
-LATEST_FILE = "latest"
-BEST_FILE = "best"
-_STEP_DIR = re.compile(r"^step_(\d{8})$")
+from fastrl.checkpoint.layout import BEST_FILE, COMPLETE_MARKER, LATEST_FILE, STEP_DIR as _STEP_DIR, step_dir_name
 
 
 class CheckpointError(RuntimeError):
@@ -44,10 +40,6 @@ class CheckpointInfo:
 
     path: Path
     step: int
-
-
-def step_dir_name(step: int) -> str:
-    return f"step_{step:08d}"
 
 
 def _fsync_dir(path: Path) -> None:

@@ -26,7 +26,7 @@ import torch
 
 from fastrl.distributed import collectives
 from fastrl.distributed.partition import balanced_assignment
-from fastrl.training.policy_batch import PolicyBatch
+from fastrl.batch import PolicyBatch
 
 
 @dataclass

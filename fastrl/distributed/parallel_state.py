@@ -3,7 +3,7 @@
 One call, :func:`initialize`, sets up a process for training: the default process group (NCCL with
 GPUs, gloo on CPU), megatron-core's model-parallel groups for the configured TP x PP layout (the
 remaining factor of the world is data parallel), and megatron's RNG tracker. On CPU it first applies
-:mod:`fastrl.distributed.cpu_compat`. :func:`destroy` undoes it (tests run several layouts in one
+:mod:`fastrl.compat`'s CPU patches. :func:`destroy` undoes it (tests run several layouts in one
 process). The returned :class:`ParallelContext` carries the sizes, ranks and the DP group that the
 rest of FastRL passes around explicitly.
 """
@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from fastrl.config import ParallelConfig
-from fastrl.distributed import cpu_compat
+from fastrl import compat
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ def initialize(parallel: ParallelConfig, *, seed: int, timeout_s: float = 600.0)
 
     backend = resolve_backend(parallel.backend)
     if backend == "gloo" and not torch.cuda.is_available():
-        cpu_compat.apply()
+        compat.apply_cpu_patches()
     if not dist.is_initialized():
         if "RANK" not in os.environ:
             os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
@@ -118,7 +118,7 @@ def initialize(parallel: ParallelConfig, *, seed: int, timeout_s: float = 600.0)
     )
     tensor_parallel.model_parallel_cuda_manual_seed(seed)
     if backend == "gloo" and not torch.cuda.is_available():
-        cpu_compat.apply()  # patch megatron modules imported by the calls above
+        compat.apply_cpu_patches()  # patch megatron modules imported by the calls above
     return ParallelContext(
         backend=backend,
         rank=dist.get_rank(),

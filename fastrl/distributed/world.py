@@ -39,3 +39,8 @@ def any_rank(flag: bool) -> bool:
     value = torch.tensor([int(bool(flag))], dtype=torch.int64, device=comm_device(dist.group.WORLD, torch.device("cpu")))
     dist.all_reduce(value, op=dist.ReduceOp.MAX)
     return bool(value.item())
+
+
+def rank() -> int:
+    """This process's global rank (0 without a process group)."""
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0

@@ -77,9 +77,9 @@ def choose_layers(
             without Transformer Engine (megatron-core's local spec uses torch norms, which do not
             support it), or an unsupported FP8 combination (see :func:`fp8_settings`).
     """
-    from fastrl.models.bridge_compat import import_auto_bridge
+    from fastrl import compat
 
-    import_auto_bridge()
+    compat.import_auto_bridge()
     from megatron.bridge.models.gpt_provider import local_layer_spec, transformer_engine_layer_spec
 
     have_te = transformer_engine_available() if te_available is None else te_available

@@ -3,9 +3,9 @@
 megatron-bridge's ``AutoBridge`` reads the Hugging Face config, picks the matching provider
 (Qwen2.5-VL: vision tower + mrope language model; Qwen2 / Llama: GPT model) and loads the weights
 with the tensor/pipeline-parallel split of this process. This module adds what FastRL needs around
-it: the layer spec and precision chosen by :mod:`fastrl.models.layer_spec`, the CPU settings of
-:mod:`fastrl.distributed.cpu_compat`, ``mrope_section`` from the Hugging Face config (the bridge
-leaves its default), DDP wrapping for the trainable actor, a frozen reference policy, and the
+it: the layer spec and precision chosen by :mod:`fastrl.models.layer_spec`, the upstream fixes of
+:mod:`fastrl.compat` (CPU settings; ``mrope_section`` from the Hugging Face config, which the bridge
+leaves at its default), DDP wrapping for the trainable actor, a frozen reference policy, and the
 streaming export back to Hugging Face names for the rollout engine's weight refit.
 
 Call after :func:`fastrl.distributed.parallel_state.initialize` (the bridge reads the parallel state).
@@ -21,8 +21,7 @@ from typing import Any, Iterator
 import torch
 
 from fastrl.config import ModelConfig, ParallelConfig, PrecisionConfig
-from fastrl.distributed import cpu_compat
-from fastrl.models.bridge_compat import import_auto_bridge
+from fastrl import compat
 from fastrl.models.layer_spec import LayerChoice, choose_layers
 
 #: Hugging Face ``model_type`` -> FastRL architecture name.
@@ -98,15 +97,10 @@ def _configure_provider(
     for key, value in layers.config_overrides.items():
         setattr(provider, key, value)
     if not torch.cuda.is_available():
-        for key, value in cpu_compat.cpu_transformer_overrides().items():
+        for key, value in compat.cpu_transformer_overrides().items():
             setattr(provider, key, value)
     if is_vision_language:
-        text_config = getattr(hf_config, "text_config", hf_config)
-        rope_scaling = getattr(text_config, "rope_scaling", None) or getattr(hf_config, "rope_scaling", None) or {}
-        section = rope_scaling.get("mrope_section")
-        if section is None:
-            raise ValueError("the Qwen2.5-VL config has no rope_scaling.mrope_section; cannot build mrope")
-        provider.mrope_section = list(section)
+        compat.set_mrope_section(provider, hf_config)
 
 
 def build_policy(
@@ -139,9 +133,7 @@ def build_policy(
     arch = read_model_type(hf_dir)
     is_vl = arch == "qwen2_5_vl"
     layers = choose_layers(precision, sequence_parallel=parallel.sequence_parallel)
-    AutoBridge = import_auto_bridge()
-    if cpu_compat.applied():
-        cpu_compat.apply()  # reach the megatron modules the bridge import loaded
+    AutoBridge = compat.import_auto_bridge()  # also extends active CPU patches to the modules it loaded
     bridge = AutoBridge.from_hf_pretrained(str(hf_dir), torch_dtype=torch.float32)
     provider = bridge.to_megatron_provider(load_weights=load_weights)
     # megatron-core marks tensor-parallel weights (``tensor_model_parallel``, used by the grad norm,

@@ -7,7 +7,7 @@ Face model, CPU recipes and tests) and :class:`fastrl.rollout.vllm_engine.VLLMRo
 Log-probs returned by an engine are those of the sampled tokens under the *policy at the sampling
 temperature*: ``log softmax(logits / T)`` over the full vocabulary (``T = 1`` for greedy decoding),
 before top-k / top-p truncation and before token suppression -- the quantity the trainer computes
-for the same tokens (:func:`fastrl.training.logprobs.token_log_probs_from_logits`), so that the
+for the same tokens (:func:`fastrl.models.logprobs.token_log_probs_from_logits`), so that the
 engine/trainer mismatch measures numerics and stale weights only.
 """
 

@@ -23,8 +23,8 @@ from fastrl.algorithms.losses import gspo_loss, kl_loss, loss_denominator, ppo_c
 from fastrl.config import AlgorithmConfig, OptimizerConfig, ParallelConfig, PrecisionConfig
 from fastrl.distributed import collectives
 from fastrl.models.provider import MegatronPolicy
-from fastrl.training import logprobs as logprob_ops
-from fastrl.training.policy_batch import PolicyBatch
+from fastrl.models import logprobs as logprob_ops
+from fastrl.batch import PolicyBatch
 
 #: Tensors an update needs in ``PolicyBatch.tensors``.
 REQUIRED_TENSORS = ("advantages", "old_log_probs")

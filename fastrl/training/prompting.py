@@ -3,15 +3,17 @@
 The record's problem is rendered with the recipe's Jinja template (:mod:`fastrl.data.prompts`);
 ``<image>`` markers in the problem (Geometry3K style) place the images inside the text, otherwise
 the images come first, as in the Qwen2.5-VL chat format. The chat template of the model's
-tokenizer then adds the system and user turns and the assistant header.
+tokenizer then adds the system and user turns and the assistant header. :class:`PromptSource`
+draws the training prompts of each step.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from fastrl.data import Record, render_prompt
+from fastrl.data import Record, ResumableSampler, render_prompt
 from fastrl.data.images import record_images
 from fastrl.rollout.engine import RolloutPrompt
 
@@ -56,3 +58,58 @@ def record_prompts(
 ) -> list[RolloutPrompt]:
     """:func:`record_prompt` for each record."""
     return [record_prompt(r, template=template, tokenizer=tokenizer, image_size=image_size) for r in records]
+
+
+@dataclass(frozen=True)
+class PromptBatch:
+    """This DP rank's slice of a step's global prompt batch.
+
+    Attributes:
+        items: ``(group id, record)`` pairs; group ids are positions in the global batch, offset
+            by ``round_index x prompts`` for DAPO's extra generation rounds (unique within a step).
+        epochs_completed: data epochs the sampler finished while drawing this batch.
+    """
+
+    items: list[tuple[int, Record]]
+    epochs_completed: int
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> tuple[int, Record]:
+        return self.items[i]
+
+
+class PromptSource:
+    """Training prompts: draws global batches from a resumable sampler, slices them per DP rank,
+    and renders (and caches) each record's chat prompt.
+
+    Args:
+        records: the training records.
+        template: the prompt template (``data.template``).
+        tokenizer: the engine's tokenizer (its chat template).
+        image_size: square resize of images (``data.prompt_image_size``), or None.
+    """
+
+    def __init__(self, records: Sequence[Record], *, template: str, tokenizer: Any, image_size: int | None) -> None:
+        self.records = list(records)
+        self.template = template
+        self.tokenizer = tokenizer
+        self.image_size = image_size
+        self._cache: dict[int, RolloutPrompt] = {}
+
+    def prompt_of(self, record: Record) -> RolloutPrompt:
+        """The (cached) rendered prompt of ``record``."""
+        if record.question_id not in self._cache:
+            self._cache[record.question_id] = record_prompt(
+                record, template=self.template, tokenizer=self.tokenizer, image_size=self.image_size
+            )
+        return self._cache[record.question_id]
+
+    def next_batch(
+        self, sampler: ResumableSampler, count: int, *, dp_size: int, dp_rank: int, round_index: int = 0
+    ) -> PromptBatch:
+        """Draw ``count`` prompts (the global batch) and return this DP rank's slice."""
+        batch = sampler.next_batch(count)
+        pairs = [(round_index * count + g, self.records[i]) for g, i in enumerate(batch.indices)]
+        return PromptBatch(pairs[dp_rank::dp_size], batch.epochs_completed)

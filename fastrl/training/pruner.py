@@ -8,12 +8,11 @@ shape of data whatever the method).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 
 import torch
 
-from fastrl.algorithms import pruning as P
+import fastrl.algorithms as P
 from fastrl.config import PruningConfig
 
 
@@ -78,60 +77,3 @@ def select_rollouts(
     else:  # guarded by the config's Literal
         raise ValueError(f"unknown pruning.method {cfg.method!r}")
     return result
-
-
-def trim_to_multiple(
-    result: P.PruneResult, advantages: torch.Tensor, group_ids: torch.Tensor, multiple: int
-) -> tuple[P.PruneResult, int]:
-    """Drop the kept rollouts with the smallest ``|a|`` (latest first on ties) until the kept
-    count is a multiple of ``multiple`` (whole micro-batches on every DP rank).
-
-    Only needed when nothing could be refilled (no pruning, or a batch shorter than the update
-    geometry after DAPO filtering). Returns the new result and the number dropped.
-
-    Raises:
-        ValueError: fewer kept rollouts than ``multiple``.
-    """
-    kept = result.num_kept
-    excess = kept % multiple
-    if excess == 0:
-        return result, 0
-    if kept < multiple:
-        raise ValueError(
-            f"only {kept} rollouts are left for the update, fewer than dp_size x micro_batch_size = {multiple}; "
-            f"raise rollout.prompts_per_step or algorithm.max_dynamic_sampling_rounds"
-        )
-    idx = result.indices
-    order = sorted(idx.tolist(), key=lambda i: (abs(float(advantages[i])), -i))
-    keep = result.keep.clone()
-    keep[torch.tensor(order[:excess])] = False
-    ids, counts = torch.unique(group_ids[keep], return_counts=True)
-    per_group = {int(g): 0 for g in result.kept_per_group}
-    per_group.update({int(g): int(c) for g, c in zip(ids, counts)})
-    values = list(per_group.values())
-    return (
-        dataclasses.replace(
-            result, keep=keep, kept_per_group=per_group,
-            f1=sum(values) / max(len(values), 1), f2=max(values, default=0),
-        ),
-        excess,
-    )
-
-
-def mini_batch_sizes(rows: int, mini: int, micro: int) -> list[int]:
-    """Sizes of the policy-update mini-batches of ``rows`` rollouts on one rank.
-
-    About ``rows / mini`` mini-batches (at least one), as equal as possible, each a whole number of
-    micro-batches of ``micro`` rollouts: exactly ``mini`` each when ``rows`` is a multiple of
-    ``mini`` and ``mini`` a multiple of ``micro`` (the usual case; the adaptive sampler's odd group
-    sizes and DAPO's short batches give the others).
-
-    Raises:
-        ValueError: ``rows`` is not a multiple of ``micro``.
-    """
-    if rows % micro:
-        raise ValueError(f"{rows} rollouts cannot be split into micro-batches of {micro}")
-    units = rows // micro
-    count = max(1, min(units, round(rows / mini)))
-    base, extra = divmod(units, count)
-    return [(base + (1 if i < extra else 0)) * micro for i in range(count)]

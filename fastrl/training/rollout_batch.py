@@ -7,12 +7,13 @@ Group ids are positions in the step's *global* prompt batch, so they are unique 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
+from fastrl.algorithms.filters import dynamic_sampling_keep
+from fastrl.batch import PolicyBatch
 from fastrl.rollout.engine import Rollouts
-from fastrl.training.policy_batch import PolicyBatch
 
 
 @dataclass
@@ -83,4 +84,71 @@ def to_policy_batch(scored: ScoredRollouts, rows: Sequence[int], *, pad_token_id
         pixel_values=pixels if has_images else None,
         image_grid_thw=grids if has_images else None,
         tensors=tensors,
+    )
+
+
+def with_advantages(scored: ScoredRollouts, advantages: torch.Tensor) -> ScoredRollouts:
+    """``scored`` with ``advantages`` (float32 [R]) filled in."""
+    return replace(scored, advantages=advantages.float())
+
+
+def num_groups(scored: ScoredRollouts | None) -> int:
+    """Prompts (groups) in ``scored``; 0 for None."""
+    return 0 if scored is None else len(scored.rollouts.n_per_prompt)
+
+
+def filter_informative(scored: ScoredRollouts) -> ScoredRollouts | None:
+    """The groups whose accuracy varies (DAPO's filter), or None when there is none."""
+    keep = dynamic_sampling_keep(scored.accuracy, scored.group_ids, valid=scored.valid)
+    rows = torch.nonzero(keep).view(-1).tolist()
+    return select_scored(scored, rows) if rows else None
+
+
+def concat_scored(a: ScoredRollouts | None, b: ScoredRollouts | None) -> ScoredRollouts | None:
+    """``a`` followed by ``b`` (prompt indices of ``b`` shifted)."""
+    if a is None or b is None:
+        return a if b is None else b
+    ra, rb = a.rollouts, b.rollouts
+    shift = len(ra.prompts)
+    rollouts = Rollouts(
+        prompts=ra.prompts + rb.prompts,
+        prompt_inputs=ra.prompt_inputs + rb.prompt_inputs,
+        n_per_prompt=ra.n_per_prompt + rb.n_per_prompt,
+        prompt_index=ra.prompt_index + [p + shift for p in rb.prompt_index],
+        response_token_ids=ra.response_token_ids + rb.response_token_ids,
+        logprobs=ra.logprobs + rb.logprobs,
+        finish_reasons=ra.finish_reasons + rb.finish_reasons,
+        response_texts=ra.response_texts + rb.response_texts,
+        metrics={k: ra.metrics.get(k, 0.0) + rb.metrics.get(k, 0.0) for k in ra.metrics},
+    )
+    cat = lambda x, y: torch.cat([x, y])  # noqa: E731
+    return ScoredRollouts(
+        rollouts, cat(a.group_ids, b.group_ids), cat(a.rewards, b.rewards), cat(a.accuracy, b.accuracy),
+        cat(a.valid, b.valid), cat(a.formatted, b.formatted),
+    )
+
+
+def select_scored(scored: ScoredRollouts, rows: list[int]) -> ScoredRollouts:
+    """The rows ``rows`` of ``scored`` (whole groups), with the rollouts regrouped."""
+    ro = scored.rollouts
+    keep_prompts = sorted({ro.prompt_index[r] for r in rows})
+    remap = {p: i for i, p in enumerate(keep_prompts)}
+    sizes = [0] * len(keep_prompts)
+    for r in rows:
+        sizes[remap[ro.prompt_index[r]]] += 1
+    idx = torch.as_tensor(rows, dtype=torch.long)
+    new = Rollouts(
+        prompts=[ro.prompts[p] for p in keep_prompts],
+        prompt_inputs=[ro.prompt_inputs[p] for p in keep_prompts],
+        n_per_prompt=sizes,
+        prompt_index=[remap[ro.prompt_index[r]] for r in rows],
+        response_token_ids=[ro.response_token_ids[r] for r in rows],
+        logprobs=[ro.logprobs[r] for r in rows],
+        finish_reasons=[ro.finish_reasons[r] for r in rows],
+        response_texts=[ro.response_texts[r] for r in rows],
+        metrics=dict(ro.metrics),
+    )
+    return ScoredRollouts(
+        new, scored.group_ids[idx], scored.rewards[idx], scored.accuracy[idx], scored.valid[idx],
+        scored.formatted[idx], None if scored.advantages is None else scored.advantages[idx],
     )

@@ -40,10 +40,12 @@ def run(config: RunConfig) -> int:
     _setup_logging(int(os.environ.get("RANK", "0")))
     from fastrl.distributed import parallel_state
     from fastrl.distributed.launch import finalize_mpi
-    from fastrl.training.trainer import Trainer
+    from fastrl.training.trainer import Trainer, set_torch_threads
 
     start = time.time()
-    trainer = Trainer(config)
+    set_torch_threads(config)
+    ctx = parallel_state.initialize(config.parallel, seed=config.trainer.seed)
+    trainer = Trainer(config, ctx)
     try:
         summary = trainer.fit()
     finally:
@@ -60,7 +62,7 @@ def run(config: RunConfig) -> int:
             return 0
         log.info("checkpoints: %s", trainer.run_dir / "checkpoints")
         try:
-            from fastrl.plots import plot
+            from fastrl.training.plots import plot
 
             plots = plot(trainer.run_dir, trainer.run_dir / "plots")
             log.info("plots: %s", ", ".join(str(p) for p in plots))

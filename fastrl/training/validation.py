@@ -12,10 +12,14 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastrl.data import Record
 from fastrl.rollout.engine import RolloutEngine, RolloutPrompt, SamplingParams
+from fastrl.training.seeds import derive_seed
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fastrl.training.parts import RunParts
 
 
 def summarize_validation(
@@ -92,3 +96,19 @@ def validate(
     metrics = summarize_validation(records, results, n, threshold=threshold)
     metrics["val/time_s"] = time.perf_counter() - start
     return metrics
+
+
+def validate_policy(run: "RunParts") -> dict[str, float]:
+    """:func:`validate` of the run's current policy on its validation records (``rollout.val_*``
+    sampling, a fixed seed: the same questions and sampling at every validation)."""
+    cfg = run.cfg
+    sampling = SamplingParams.for_validation(cfg.rollout, seed=derive_seed(cfg.rollout.seed, 10**9))
+    prompts = [run.prompts.prompt_of(r) for r in run.val]
+    run.engine.wake()
+    try:
+        return validate(
+            run.engine, prompts, run.val, run.scorer, sampling, n=cfg.rollout.val_n,
+            threshold=cfg.reward.accuracy_threshold,
+        )
+    finally:
+        run.engine.sleep()

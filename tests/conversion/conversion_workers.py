@@ -23,7 +23,9 @@ def round_trip_worker(hf_dir: Path, root: Path, import_layout: tuple[int, int], 
     ``export_layout``."""
     import torch.distributed as dist
 
+    from fastrl.checkpoint.resolve import load_megatron_checkpoint
     from fastrl.models import conversion
+    from fastrl.models.logprobs import megatron_logits
     from tools.verify_conversion import policy_batch, sample_inputs
 
     from fastrl.config import PrecisionConfig
@@ -35,8 +37,8 @@ def round_trip_worker(hf_dir: Path, root: Path, import_layout: tuple[int, int], 
     policy = build_policy(
         imported / conversion.HF_FILES_DIR, parallel=parallel, precision=PrecisionConfig(mode="fp32"), load_weights=False
     )
-    conversion.load_megatron_checkpoint(policy, imported)
-    logits = conversion.megatron_logits(policy, policy_batch(sample_inputs(hf_dir)))
+    load_megatron_checkpoint(policy.chunks, imported)
+    logits = megatron_logits(policy, policy_batch(sample_inputs(hf_dir)))
     del policy
     parallel = _init(*export_layout)
     conversion.export_hf(imported, root / "exported", parallel=parallel, progress=False)
@@ -49,10 +51,11 @@ def trained_logits_worker(ckpt: Path, inputs_dir: Path) -> torch.Tensor:
     import tempfile
 
     from fastrl.models import conversion
+    from fastrl.models.logprobs import megatron_logits
     from tools.verify_conversion import policy_batch, sample_inputs
 
     parallel = _init(1, 1)
     checkpoint = conversion.resolve_checkpoint(ckpt)
     template = conversion.model_template_dir(checkpoint, hf=None, scratch=Path(tempfile.mkdtemp()))
     policy = conversion.load_policy(checkpoint, template, parallel=parallel)
-    return conversion.megatron_logits(policy, policy_batch(sample_inputs(inputs_dir)))
+    return megatron_logits(policy, policy_batch(sample_inputs(inputs_dir)))

@@ -27,7 +27,7 @@ def make_batch(n: int = 4, t: int = 12, *, seed: int = 0, image_token: int | Non
     image token).
     """
     images = image_token is not None
-    from fastrl.training.policy_batch import PolicyBatch
+    from fastrl.batch import PolicyBatch
 
     g = torch.Generator().manual_seed(seed)
     ids = torch.zeros(n, t, dtype=torch.long)
@@ -88,7 +88,7 @@ def _init(tp: int, pp: int, seed: int = 1):
 def log_probs_worker(hf_dir: Path, tp: int, pp: int, images: bool, precision: str = "fp32") -> dict[str, Any]:
     """Log-probs of :func:`make_batch` (this DP rank's share) under the megatron policy."""
     from fastrl.models.provider import build_policy, export_hf_weights
-    from fastrl.training.logprobs import compute_log_probs
+    from fastrl.models.logprobs import compute_log_probs
 
     parallel, ctx = _init(tp, pp)
     policy = build_policy(hf_dir, parallel=parallel, precision=PrecisionConfig(mode=precision), trainable=False)
@@ -185,7 +185,7 @@ def make_rollouts(num_groups: int, n: int, *, seed: int = 3):
     a 6-token alphabet (so some are near-duplicates), rewards are 0/1, advantages GRPO's.
     """
     from fastrl.algorithms.advantages import grpo_advantages
-    from fastrl.training.policy_batch import PolicyBatch
+    from fastrl.batch import PolicyBatch
 
     g = torch.Generator().manual_seed(seed)
     total = num_groups * n
@@ -280,7 +280,7 @@ def bf16_and_reference_worker(hf_dir: Path) -> dict[str, Any]:
     from fastrl.distributed import parallel_state
     from fastrl.models.provider import build_policy, offload_to_cpu, reload_to_device
     from fastrl.training.actor import Actor
-    from fastrl.training.logprobs import compute_log_probs, mismatch_metrics
+    from fastrl.models.logprobs import compute_log_probs, mismatch_metrics
 
     parallel = ParallelConfig(tensor_model_parallel_size=2, backend="gloo", micro_batch_size=2)
     parallel_state.initialize(parallel, seed=1)

@@ -4,6 +4,8 @@ import pytest
 
 from tests.functional.conftest import read_jsonl, run_train
 
+pytestmark = pytest.mark.functional
+
 
 @pytest.mark.parametrize(
     "recipe, checks",

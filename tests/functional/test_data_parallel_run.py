@@ -4,7 +4,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.functional.conftest import REPO, TINY, read_jsonl
+
+pytestmark = [pytest.mark.functional, pytest.mark.distributed]
 
 
 def test_two_data_parallel_ranks(tmp_path):

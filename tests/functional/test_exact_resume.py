@@ -1,8 +1,11 @@
 """Exact resume: 4 steps straight == 2 steps + resume + 2 steps (bit-identical weights and metrics)."""
 
+import pytest
 import torch
 
 from tests.functional.conftest import read_jsonl, run_train
+
+pytestmark = pytest.mark.functional
 
 # Metrics that measure time (or depend on it) legitimately differ between runs.
 _TIMING = ("time/", "rollout/time_s", "rollout/tokens_per_s", "prune/time_s", "val/time_s", "wall_time")

@@ -17,6 +17,8 @@ import torch
 
 from tests.functional.conftest import REPO, TINY, read_jsonl, run_train
 
+pytestmark = [pytest.mark.functional, pytest.mark.distributed]
+
 RECIPE = "easyvqa_tiny_fastrl_grpo_cpu"
 COMMON = ["trainer.max_steps=3"]
 

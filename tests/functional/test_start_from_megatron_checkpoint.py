@@ -3,9 +3,12 @@
 import subprocess
 import sys
 
+import pytest
 
 from fastrl.config import ModelConfig
 from tests.functional.conftest import REPO, TINY, read_jsonl, run_train
+
+pytestmark = pytest.mark.functional
 
 SMALL = dict(
     tiny_hidden_size=64, tiny_num_layers=2, tiny_intermediate_size=128, tiny_vision_hidden_size=32, tiny_vision_depth=1

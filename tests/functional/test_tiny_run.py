@@ -3,7 +3,11 @@
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.functional.conftest import read_jsonl, run_train
+
+pytestmark = pytest.mark.functional
 
 THRESHOLDS = json.loads((Path(__file__).parent / "tiny_run_thresholds.json").read_text())
 

@@ -1,6 +1,10 @@
 """``trainer.val_only=true``: validate the starting policy and exit, without training or saving."""
 
+import pytest
+
 from tests.functional.conftest import read_jsonl, run_train
+
+pytestmark = pytest.mark.functional
 
 
 def test_val_only_validates_and_trains_nothing(tmp_path):

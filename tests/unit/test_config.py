@@ -6,6 +6,7 @@ import typing
 import pytest
 
 from fastrl import config as cfg
+from fastrl.config import model as config_model
 from fastrl.config import ConfigError, RunConfig, field_docs
 
 
@@ -62,7 +63,7 @@ def test_group_relative_estimator_needs_two_responses():
 
 
 def test_fp8_without_transformer_engine_is_refused(monkeypatch):
-    monkeypatch.setattr(cfg, "transformer_engine_available", lambda: False)
+    monkeypatch.setattr(config_model, "transformer_engine_available", lambda: False)
     with pytest.raises(ConfigError, match="Transformer Engine, which is not importable"):
         cfg.PrecisionConfig(mode="fp8")
     # bf16 never needs it
@@ -70,7 +71,7 @@ def test_fp8_without_transformer_engine_is_refused(monkeypatch):
 
 
 def test_fp8_known_bad_combination(monkeypatch):
-    monkeypatch.setattr(cfg, "transformer_engine_available", lambda: True)
+    monkeypatch.setattr(config_model, "transformer_engine_available", lambda: True)
     with pytest.raises(ConfigError, match="mxfp8.*hybrid"):
         cfg.PrecisionConfig(mode="fp8", fp8_recipe="mxfp8", fp8_format="hybrid")
     ok = cfg.PrecisionConfig(mode="fp8", fp8_recipe="mxfp8", fp8_format="e4m3")

@@ -5,6 +5,7 @@ import dataclasses
 import pytest
 
 from fastrl import config as cfg
+from fastrl.config import model as config_model
 from recipes import DEFAULT_RECIPE, get_recipe, list_recipes, recipe_function
 
 ALL = list_recipes()
@@ -30,7 +31,7 @@ def test_recipe_builds_and_validates(name, monkeypatch):
     if name.endswith("_fp8") and not cfg.transformer_engine_available():
         with pytest.raises(cfg.ConfigError, match="Transformer Engine"):
             get_recipe(name)
-        monkeypatch.setattr(cfg, "transformer_engine_available", lambda: True)
+        monkeypatch.setattr(config_model, "transformer_engine_available", lambda: True)
     config = get_recipe(name)
     assert config.recipe == name
     assert cfg.RunConfig.from_dict(config.to_dict()) == config

@@ -11,14 +11,8 @@ from hypothesis import strategies as st
 
 from fastrl.algorithms import token_sets
 from fastrl.algorithms.advantages import grpo_advantages
-from fastrl.algorithms.pruning import (
-    advantage_only_select,
-    cppo_select,
-    jaccard,
-    mdap_select,
-    random_select,
-    refill_need,
-)
+from fastrl.algorithms.baseline_pruners import advantage_only_select, cppo_select, random_select
+from fastrl.algorithms.pruning import jaccard, mdap_select, refill_need
 
 
 def t(*tokens):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from fastrl.distributed.dp_pruning import concat_batches
-from fastrl.training.policy_batch import PolicyBatch
+from fastrl.batch import PolicyBatch
 
 
 def _batch(n: int, t: int, start: int) -> PolicyBatch:

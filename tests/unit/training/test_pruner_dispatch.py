@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from fastrl.config import PruningConfig
-from fastrl.training.pruner import keep_all, mini_batch_sizes, select_rollouts, trim_to_multiple
+from fastrl.training.geometry import mini_batch_sizes, trim_to_multiple
+from fastrl.training.pruner import keep_all, select_rollouts
 
 ADV = torch.tensor([1.157664, 1.157664, -0.526211, -0.526211, -0.526211, -1.368148, 1.157664, -0.526211])
 GIDS = torch.zeros(8, dtype=torch.long)

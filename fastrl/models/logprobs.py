@@ -16,7 +16,7 @@ from typing import Any, Callable
 import torch
 
 from fastrl.distributed import collectives
-from fastrl.training.policy_batch import PolicyBatch
+from fastrl.batch import PolicyBatch
 
 
 def token_log_probs_from_logits(logits: torch.Tensor, input_ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
@@ -153,3 +153,36 @@ def reduce_mismatch_metrics(local: dict[str, torch.Tensor]) -> dict[str, float]:
         "mismatch/kl_k3": float(sums[2]) / tokens,
         "mismatch/ratio_mean": float(sums[3]) / tokens,
     }
+
+
+@torch.no_grad()
+def megatron_logits(policy, batch) -> torch.Tensor:
+    """Full-vocabulary logits of ``batch`` (a :class:`~fastrl.batch.PolicyBatch`).
+
+    Collective over the model-parallel processes: the vocab-parallel output is gathered over TP
+    and broadcast from the last pipeline stage.
+
+    Returns:
+        float32 [N, T, V] (``V`` the megatron model's padded vocabulary) on every rank.
+    """
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+    from megatron.core.tensor_parallel.mappings import gather_from_tensor_model_parallel_region
+
+
+    for chunk in policy.chunks:
+        chunk.eval()
+    n = len(batch)
+    outputs = get_forward_backward_func()(
+        forward_step_func=forward_step_fn([batch], lambda mb, logits: gather_from_tensor_model_parallel_region(logits).float()),
+        data_iterator=None,
+        model=policy.chunks,
+        num_microbatches=1,
+        seq_length=batch.seq_length,
+        micro_batch_size=n,
+        forward_only=True,
+        collect_non_loss_data=True,
+    )
+    result = outputs[0] if collectives.pipeline_is_last_stage() else None
+    return collectives.broadcast_from_last_pipeline_stage(
+        result, (n, batch.seq_length, policy.vocab_size), torch.float32, batch.input_ids.device
+    )

@@ -1,17 +1,21 @@
-"""megatron-core 0.16.1 on CPU: the one place that adapts its CUDA assumptions.
+"""megatron-core 0.16.x on CPU: the one place that adapts its CUDA assumptions.
 
-megatron-core hard-codes the GPU in many call sites. On a machine without CUDA (tests and CPU runs
-on the gloo backend) :func:`apply` makes megatron-core's modules use the CPU instead. It is called
-by :func:`fastrl.distributed.parallel_state.initialize` only when the backend is gloo and no GPU is
-used; on GPU (NCCL) nothing here runs and megatron-core is used unmodified.
+Written against megatron-core 0.16.1 (torch 2.13 CPU build). megatron-core hard-codes the GPU in many
+call sites. On a machine without CUDA (tests and CPU runs on the gloo backend) :func:`apply` makes
+megatron-core's modules use the CPU instead. It is called (through
+:func:`fastrl.compat.apply_cpu_patches`) by :func:`fastrl.distributed.parallel_state.initialize`
+only when the backend is gloo and no GPU is used; on GPU (NCCL) nothing here runs and megatron-core
+is used unmodified.
 
-Patched behaviours (each has its own test in ``tests/unit/distributed/test_cpu_compat.py``):
+Patched behaviours (each has its own test in ``tests/unit/compat/test_megatron_cpu.py``, which also
+shows the unpatched failure):
 
 1. ``device="cuda"`` / ``torch.cuda.current_device()`` / ``pin_memory=True`` in tensor factories
    called from megatron-core modules (schedules, p2p communication, tensor-parallel mappings,
    optimizer, grad clipping, causal masks, ...) and megatron-bridge's weight conversion create CPU
-   tensors. Done by giving every loaded ``megatron.core`` / ``megatron.bridge`` module a ``torch`` whose factories and ``torch.cuda`` namespace resolve the
-   CUDA device to the CPU (:class:`_CpuTorch`); the real ``torch`` module is not modified.
+   tensors. Done by giving every loaded ``megatron.core`` / ``megatron.bridge`` module a ``torch``
+   whose factories and ``torch.cuda`` namespace resolve the CUDA device to the CPU
+   (:class:`_CpuTorch`); the real ``torch`` module is not modified.
 2. ``torch.cuda`` calls seen by those modules: ``current_device()`` is the CPU device,
    ``synchronize()`` / ``empty_cache()`` do nothing, streams are no-op stand-ins (the CPU runs
    sequentially), RNG state functions act on the CPU generator.
@@ -23,8 +27,11 @@ Patched behaviours (each has its own test in ``tests/unit/distributed/test_cpu_c
    pipeline stage's copy of tied word embeddings with it). This is the one patch on torch itself;
    on a machine without CUDA the original could only raise.
 
-Model configs must additionally be built with ``use_cpu_initialization=True`` and every fusion off;
-:func:`cpu_transformer_overrides` lists those settings (the model provider applies them).
+Every replacement keeps the upstream function as ``__wrapped__`` (the tests call it to show the
+failure the patch avoids). Model configs must additionally be built with
+``use_cpu_initialization=True`` and every fusion off; :func:`cpu_transformer_overrides` lists those
+settings (the model provider applies them). :func:`dist_checkpointing` extends the patch to the
+checkpoint strategy modules, which megatron imports late.
 """
 
 from __future__ import annotations
@@ -250,6 +257,8 @@ def _patch_rng() -> None:
     def set_state(new_state: torch.Tensor, device: int = -1, graph_safe: bool = False) -> None:
         torch.set_rng_state(new_state)
 
+    get_state.__wrapped__ = tp_random._get_cuda_rng_state  # type: ignore[attr-defined]
+    set_state.__wrapped__ = tp_random._set_cuda_rng_state  # type: ignore[attr-defined]
     tp_random._get_cuda_rng_state = get_state
     tp_random._set_cuda_rng_state = set_state
 
@@ -258,6 +267,7 @@ def _patch_tensor_cuda() -> None:
     def cuda(self: torch.Tensor, device: Any = None, non_blocking: bool = False, **kwargs: Any) -> torch.Tensor:
         return self
 
+    cuda.__wrapped__ = torch.Tensor.cuda  # type: ignore[attr-defined]
     torch.Tensor.cuda = cuda
 
 
@@ -282,7 +292,7 @@ def apply() -> None:
     global _APPLIED
     if torch.cuda.is_available():
         raise RuntimeError(
-            "fastrl.distributed.cpu_compat.apply() is for CPU-only runs, but CUDA is available; "
+            "fastrl.compat.apply_cpu_patches() is for CPU-only runs, but CUDA is available; "
             "use parallel.backend=nccl (or auto) on GPU machines"
         )
     for name in _MODULES:
@@ -298,6 +308,28 @@ def apply() -> None:
 def applied() -> bool:
     """Whether :func:`apply` has run in this process."""
     return _APPLIED
+
+
+# Checkpoint modules megatron imports only when a checkpoint is saved or loaded.
+_CHECKPOINT_MODULES = (
+    "megatron.core.dist_checkpointing.strategies.filesystem_async",
+    "megatron.core.dist_checkpointing.strategies.torch",
+    "megatron.core.dist_checkpointing.strategies.async_utils",
+    "megatron.core.dist_checkpointing.exchange_utils",
+    "megatron.core.dist_checkpointing.serialization",
+)
+
+
+def dist_checkpointing() -> Any:
+    """megatron-core's ``dist_checkpointing`` module, with the CPU patch reaching its strategy
+    modules when :func:`apply` has run (a no-op import otherwise, e.g. on GPU)."""
+    from megatron.core import dist_checkpointing as module
+
+    if _APPLIED:
+        for name in _CHECKPOINT_MODULES:
+            importlib.import_module(name)
+        apply()
+    return module
 
 
 def cpu_transformer_overrides() -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import fastrl.config as config_module
+import fastrl.config.model as config_module
 from fastrl.config import ConfigError, PrecisionConfig
 from fastrl.models.layer_spec import choose_layers, fp8_settings
 

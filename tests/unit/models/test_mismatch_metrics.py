@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from fastrl.training.logprobs import mismatch_metrics, reduce_mismatch_metrics
+from fastrl.models.logprobs import mismatch_metrics, reduce_mismatch_metrics
 
 
 def test_mismatch_metrics_values():

@@ -2,7 +2,7 @@
 
 import torch
 
-from fastrl.training.policy_batch import PolicyBatch
+from fastrl.batch import PolicyBatch
 
 
 def _batch() -> PolicyBatch:

@@ -1,17 +1,21 @@
-"""Importing and using megatron-bridge 0.3.1 where Transformer Engine / triton are absent.
+"""megatron-bridge 0.3.x: importing it without Transformer Engine / triton, and two of its bugs.
 
-megatron-bridge imports Transformer Engine unconditionally (two LoRA modules) and, through its
-Mamba provider, megatron-core's triton kernels. Neither is used by FastRL's dense models. On a
-machine without those packages (CPU) :func:`import_auto_bridge` installs a stand-in for each, only
-for the duration of the import, and checks afterwards that no megatron-core module concluded that
-Transformer Engine is available. Where the packages exist (GPU clusters) nothing is stood in.
+Written against megatron-bridge 0.3.1 (with megatron-core 0.16.1). Patched behaviours, each tested
+in ``tests/unit/compat/test_megatron_bridge.py`` (which also shows the unpatched behaviour):
 
-It also fixes, everywhere, one bug of megatron-bridge 0.3.1: row-parallel weight shards are
-scattered from non-contiguous ``torch.chunk`` views, which gloo sends scrambled (at TP=2 the
-model silently computes garbage). :func:`import_auto_bridge` makes every shard contiguous before
-the scatter.
-
-Each behaviour is tested in ``tests/unit/distributed/test_bridge_compat.py``.
+1. Import without Transformer Engine (CPU; not on GPU clusters with TE). megatron-bridge imports
+   Transformer Engine unconditionally (two LoRA modules) and, through its Mamba provider,
+   megatron-core's triton kernels. Neither is used by FastRL's dense models. Where those packages
+   are missing, :func:`import_auto_bridge` installs a stand-in for each only for the duration of the
+   import, and checks afterwards that no megatron-core module concluded that Transformer Engine is
+   available. Where the packages exist nothing is stood in.
+2. Scrambled row-parallel shards (everywhere; visible on gloo). Row-parallel weight shards are
+   scattered from non-contiguous ``torch.chunk`` views, which gloo sends scrambled (at TP=2 the model
+   silently computes garbage). :func:`import_auto_bridge` makes every shard contiguous before the
+   scatter.
+3. ``mrope_section`` (everywhere). The Qwen2.5-VL provider keeps its default ``[16, 24, 24]``
+   instead of the Hugging Face config's ``rope_scaling.mrope_section``;
+   :func:`set_mrope_section` copies it.
 """
 
 from __future__ import annotations
@@ -105,6 +109,7 @@ def _make_scatter_contiguous() -> None:
         return original(self, splits, *args, **kwargs)
 
     scatter_to_tp_ranks.__fastrl_contiguous__ = True  # type: ignore[attr-defined]
+    scatter_to_tp_ranks.__wrapped__ = original  # type: ignore[attr-defined]
     MegatronParamMapping.scatter_to_tp_ranks = scatter_to_tp_ranks
 
 
@@ -143,7 +148,25 @@ def import_auto_bridge() -> type:
             raise RuntimeError(
                 f"megatron-core modules {wrong} were imported while the Transformer Engine stand-in "
                 f"was present and now believe TE is installed; add them to "
-                f"fastrl.models.bridge_compat._TE_SENSITIVE"
+                f"fastrl.compat.megatron_bridge._TE_SENSITIVE"
             )
     _make_scatter_contiguous()
     return AutoBridge
+
+
+def set_mrope_section(provider: Any, hf_config: Any) -> None:
+    """Copy ``rope_scaling.mrope_section`` of a Qwen2.5-VL Hugging Face config onto the provider.
+
+    megatron-bridge 0.3.1's ``Qwen25VLBridge.provider_bridge`` leaves the provider's default
+    ``[16, 24, 24]`` (right for head_dim 128 only), so a model with another head dimension would
+    split its rotary dimensions wrongly.
+
+    Raises:
+        ValueError: the config has no ``rope_scaling.mrope_section``.
+    """
+    text_config = getattr(hf_config, "text_config", hf_config)
+    rope_scaling = getattr(text_config, "rope_scaling", None) or getattr(hf_config, "rope_scaling", None) or {}
+    section = rope_scaling.get("mrope_section")
+    if section is None:
+        raise ValueError("the Qwen2.5-VL config has no rope_scaling.mrope_section; cannot build mrope")
+    provider.mrope_section = list(section)

@@ -1,0 +1,66 @@
+"""``TrainState``: what the step loop owns and a checkpoint restores exactly.
+
+Everything here is a value or an object with ``state_dict()`` / ``load_state_dict()``; the
+checkpoint code saves it without knowing the trainer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+class Stateful(Protocol):
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+@dataclass
+class TrainState:
+    """The progress of a run.
+
+    Attributes:
+        sampler: the resumable prompt sampler (:class:`fastrl.data.ResumableSampler`).
+        ars: the adaptive rollout sampler (:class:`fastrl.algorithms.adaptive_sampling.AdaptiveRolloutSampler`).
+        scheduler: the actor's learning-rate scheduler (megatron ``OptimizerParamScheduler``).
+        total_steps: steps of the whole run.
+        step: steps completed.
+        best_val: best validation accuracy so far (None before the first validation).
+        best_step: the step of ``best_val``.
+        train_seconds: wall time spent in training steps (validation and start-up excluded), s.
+        epochs_completed: data epochs the prompt sampler completed during the last step (drives
+            ``adaptive_sampling.period='epoch'``; not saved: a step boundary recomputes it).
+    """
+
+    sampler: Stateful
+    ars: Stateful
+    scheduler: Stateful
+    total_steps: int
+    step: int = 0
+    best_val: float | None = None
+    best_step: int | None = None
+    train_seconds: float = 0.0
+    epochs_completed: int = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        """The saved part, as stored in ``train_state.pt`` (plus what the checkpoint writer adds)."""
+        return {
+            "step": self.step,
+            "sampler": self.sampler.state_dict(),
+            "ars": self.ars.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "best_val": self.best_val,
+            "best_step": self.best_step,
+            "train_seconds": self.train_seconds,
+            "total_steps": self.total_steps,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore from :meth:`state_dict` (``total_steps`` stays the run's own)."""
+        self.step = int(state["step"])
+        self.sampler.load_state_dict(state["sampler"])
+        self.ars.load_state_dict(state["ars"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.best_val, self.best_step = state["best_val"], state["best_step"]
+        self.train_seconds = float(state["train_seconds"])

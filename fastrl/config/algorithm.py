@@ -1,0 +1,195 @@
+"""Config sections of the RL algorithm: rollout generation, advantages / loss / KL, rollout
+pruning (MDAP and baselines) and adaptive rollout sampling (spec sections 1-4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from fastrl.config.fields import _check, doc
+
+__all__ = ["AdaptiveSamplingConfig", "AlgorithmConfig", "PruningConfig", "RolloutConfig"]
+
+
+@dataclass(kw_only=True, frozen=True)
+class RolloutConfig:
+    """Generation of the rollout groups."""
+
+    engine: Literal["hf", "vllm"] = doc(
+        "hf",
+        "Rollout engine: 'hf' is the in-process Hugging Face engine (CPU, tests); 'vllm' the "
+        "colocated vLLM engine for GPU clusters (requirements/gpu.txt).",
+    )
+    n: int = doc(8, "Responses per prompt (group size); the adaptive sampler's n_max.")
+    prompts_per_step: int = doc(32, "Prompts per training step (global, over all DP ranks).")
+    temperature: float = doc(1.0, "Sampling temperature of training rollouts.")
+    top_p: float = doc(1.0, "Nucleus sampling threshold of training rollouts.")
+    top_k: int = doc(-1, "Top-k sampling of training rollouts (-1: off).")
+    max_prompt_length: int = doc(512, "Longest prompt in tokens (image tokens included); longer prompts are filtered at load.")
+    max_response_length: int = doc(64, "Most tokens generated per response.")
+    val_temperature: float = doc(0.0, "Validation decoding temperature (0: greedy).")
+    val_n: int = doc(1, "Responses per validation question (pass@k with k = val_n).")
+    engine_tensor_parallel_size: int = doc(1, "vLLM: tensor parallel size inside the engine.")
+    gpu_memory_utilization: float = doc(0.6, "vLLM: fraction of GPU memory for weights and KV cache.")
+    sleep_between_steps: bool = doc(
+        True, "vLLM: release the engine's GPU memory during training (sleep/wake)."
+    )
+    suppress_special_tokens: bool = doc(
+        True,
+        "Never sample image/video/vision-start/end, bos or pad tokens (a sampled image placeholder "
+        "breaks the next forward pass).",
+    )
+    keep_rollout_budget_constant: bool = doc(
+        False,
+        "When the adaptive sampler lowers n, raise prompts per step to keep prompts x n constant "
+        "(beyond the paper; off reproduces it).",
+    )
+    seed: int = doc(0, "Seed of rollout sampling.")
+
+    def __post_init__(self) -> None:
+        _check(self.n >= 1, f"rollout.n must be >= 1, got {self.n}")
+        _check(self.prompts_per_step >= 1, f"rollout.prompts_per_step must be >= 1, got {self.prompts_per_step}")
+        _check(self.temperature >= 0, f"rollout.temperature must be >= 0, got {self.temperature}")
+        _check(0 < self.top_p <= 1, f"rollout.top_p must be in (0, 1], got {self.top_p}")
+        _check(self.max_response_length >= 1, "rollout.max_response_length must be >= 1")
+        _check(0 < self.gpu_memory_utilization <= 1, "rollout.gpu_memory_utilization must be in (0, 1]")
+
+
+@dataclass(kw_only=True, frozen=True)
+class AlgorithmConfig:
+    """Advantage estimator, policy loss and KL (spec section 4)."""
+
+    name: Literal["grpo", "dapo", "gspo"] = doc("grpo", "Base algorithm (for logs and defaults of recipes).")
+    advantage_estimator: Literal["grpo", "drgrpo", "rloo"] = doc(
+        "grpo", "grpo: (r - mean) / (std + eps) per group; drgrpo: r - mean; rloo: leave-one-out baseline."
+    )
+    std_unbiased: bool = doc(True, "GRPO: unbiased (N-1) standard deviation.")
+    adv_eps: float = doc(1e-6, "GRPO: epsilon added to the group standard deviation.")
+    loss_type: Literal["ppo", "gspo", "gspo_token"] = doc(
+        "ppo", "Policy loss: per-token PPO clipped surrogate, or GSPO (sequence ratio) / GSPO-token."
+    )
+    loss_agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"] = doc(
+        "token_mean", "Loss aggregation over the mini-batch (denominator reduced once over DP)."
+    )
+    clip_low: float = doc(0.2, "PPO: lower clip range (ratio >= 1 - clip_low).")
+    clip_high: float = doc(0.3, "PPO: upper clip range (ratio <= 1 + clip_high); DAPO clip-higher.")
+    dual_clip_c: float | None = doc(3.0, "Dual clip constant c (> 1) for negative advantages; None: off.")
+    gspo_clip_low: float = doc(3e-4, "GSPO: lower clip of the sequence ratio.")
+    gspo_clip_high: float = doc(4e-4, "GSPO: upper clip of the sequence ratio.")
+    use_kl_loss: bool = doc(True, "KL to the reference policy as a loss term.")
+    kl_in_reward: bool = doc(
+        False,
+        "Fold KL into the reward instead (then old/reference log-probs must be computed before "
+        "pruning, on the full batch).",
+    )
+    kl_coef: float = doc(0.01, "KL coefficient.")
+    kl_estimator: Literal["k1", "k2", "low_var_kl"] = doc("low_var_kl", "KL estimator (k3 = low_var_kl).")
+    dynamic_sampling: bool = doc(
+        False, "DAPO: drop groups whose accuracy is all 0 or all 1 and sample more prompts."
+    )
+    max_dynamic_sampling_rounds: int = doc(
+        3, "DAPO: extra generation rounds at most; when exhausted, train on what was collected (warned)."
+    )
+    overlong_shaping: bool = doc(False, "DAPO: soft overlong punishment of long responses.")
+    overlong_cache_length: int = doc(16, "DAPO: L_cache of the overlong punishment, in tokens.")
+    ppo_epochs: int = doc(1, "Passes of policy updates over each step's batch.")
+    tis_cap: float | None = doc(
+        2.0,
+        "Truncated importance sampling of the engine/trainer log-prob mismatch: cap of the ratio "
+        "exp(logp_old - logp_engine); None: no correction.",
+    )
+    tis_level: Literal["token", "sequence"] = doc("token", "Truncated IS per token or per sequence.")
+
+    @property
+    def group_relative(self) -> bool:
+        """True for estimators that compare responses within a group (need n >= 2)."""
+        return self.advantage_estimator in ("grpo", "drgrpo", "rloo")
+
+    def __post_init__(self) -> None:
+        _check(0 <= self.clip_low < 1, f"algorithm.clip_low must be in [0, 1), got {self.clip_low}")
+        _check(self.clip_high >= 0, f"algorithm.clip_high must be >= 0, got {self.clip_high}")
+        _check(
+            self.dual_clip_c is None or self.dual_clip_c > 1,
+            f"algorithm.dual_clip_c must be > 1 or None, got {self.dual_clip_c}",
+        )
+        _check(
+            not (self.use_kl_loss and self.kl_in_reward),
+            "algorithm.use_kl_loss and algorithm.kl_in_reward are both true; choose one place for KL",
+        )
+        _check(self.kl_coef >= 0, f"algorithm.kl_coef must be >= 0, got {self.kl_coef}")
+        _check(
+            self.loss_type == "ppo" or self.loss_agg == "seq_mean_token_mean",
+            f"algorithm.loss_type={self.loss_type!r} aggregates per sequence; "
+            f"set algorithm.loss_agg=seq_mean_token_mean (got {self.loss_agg!r})",
+        )
+        _check(self.max_dynamic_sampling_rounds >= 0, "algorithm.max_dynamic_sampling_rounds must be >= 0")
+        _check(self.ppo_epochs >= 1, "algorithm.ppo_epochs must be >= 1")
+        _check(self.tis_cap is None or self.tis_cap >= 1, "algorithm.tis_cap must be >= 1 or None")
+
+
+@dataclass(kw_only=True, frozen=True)
+class PruningConfig:
+    """Rollout pruning after advantage estimation (MDAP and baselines; spec section 2)."""
+
+    method: Literal["none", "fastrl", "cppo", "random", "advantage_only"] = doc(
+        "fastrl",
+        "none: train on every rollout; fastrl: MDAP (advantage buckets + Jaccard diversity); "
+        "cppo: top-k |advantage| per group; random: random subset; advantage_only: one random "
+        "rollout per advantage bucket.",
+    )
+    semantics: Literal["reference", "paper"] = doc(
+        "reference", "MDAP semantics: the released reference code (default) or the paper's text."
+    )
+    similarity_threshold: float = doc(0.2, "MDAP: Jaccard similarity threshold (paper tau = 1 - this).")
+    ngram: int = doc(1, "MDAP: token n-gram size of the Jaccard sets.")
+    adv_tolerance: float = doc(1e-4, "MDAP 'paper' semantics: advantage bucket tolerance.")
+    refill: Literal["round_robin", "global_abs_adv"] = doc(
+        "round_robin", "Phase-2 refill order up to the update geometry's multiple."
+    )
+    similarity_mode: Literal["exact", "minhash"] = doc(
+        "exact",
+        "exact: DP ranks exchange response token ids; minhash: a MinHash signature per rollout "
+        "(approximate, a few hundred bytes per rollout).",
+    )
+    minhash_num_perm: int = doc(
+        128, "MinHash sketch size (bins, a power of two in [16, 4096]); 2 bytes per bin per rollout."
+    )
+    keep_ratio: float = doc(0.5, "cppo / random: fraction of each group kept.")
+    allow_padding: bool = doc(
+        False,
+        "When too few pruned rollouts exist to refill to a multiple, pad instead of failing.",
+    )
+    seed: int = doc(0, "Seed of the random and advantage-only pruners.")
+    weighting: Literal["none", "bucket_size"] = doc(
+        "none",
+        "none: kept rollouts train with weight 1 (paper and reference); bucket_size: each kept "
+        "rollout's advantage is scaled by (members / kept) of its advantage bucket, normalized to "
+        "mean 1, so every bucket weighs what it did before pruning (beyond the paper; see "
+        "fastrl/algorithms/prune_weights.py).",
+    )
+
+    def __post_init__(self) -> None:
+        _check(0 <= self.similarity_threshold <= 1, "pruning.similarity_threshold must be in [0, 1]")
+        _check(self.ngram >= 1, f"pruning.ngram must be >= 1, got {self.ngram}")
+        _check(0 < self.keep_ratio <= 1, f"pruning.keep_ratio must be in (0, 1], got {self.keep_ratio}")
+        _check(
+            16 <= self.minhash_num_perm <= 4096 and self.minhash_num_perm & (self.minhash_num_perm - 1) == 0,
+            f"pruning.minhash_num_perm must be a power of two in [16, 4096], got {self.minhash_num_perm}",
+        )
+
+
+@dataclass(kw_only=True, frozen=True)
+class AdaptiveSamplingConfig:
+    """Adaptive rollout sampling (ARS, spec section 3): the group size shrinks from pruning history."""
+
+    enabled: bool = doc(True, "Re-decide the group size n at period boundaries.")
+    period: Literal["epoch", "steps", "stage"] = doc(
+        "epoch", "Period boundary: every epoch (paper), every period_steps steps, or each Slurm stage end."
+    )
+    period_steps: int = doc(50, "Steps per period when period='steps'.")
+    n_min: int = doc(2, "Smallest group size (a group needs two members).")
+
+    def __post_init__(self) -> None:
+        _check(self.n_min >= 2, f"adaptive_sampling.n_min must be >= 2, got {self.n_min}")
+        _check(self.period_steps >= 1, "adaptive_sampling.period_steps must be >= 1")

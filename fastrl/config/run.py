@@ -1,0 +1,139 @@
+"""The whole run: :class:`RunConfig` (one section per concern, cross-section validation, derived
+settings) and :func:`field_docs` (dotted key -> documentation of every leaf field).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from fastrl.config.algorithm import AdaptiveSamplingConfig, AlgorithmConfig, PruningConfig, RolloutConfig
+from fastrl.config.fields import _check, doc, section
+from fastrl.config.model import ModelConfig, ParallelConfig, PrecisionConfig
+from fastrl.config.nested import build_from_nested
+from fastrl.config.training import (
+    CheckpointConfig,
+    DataConfig,
+    LoggingConfig,
+    OptimizerConfig,
+    RewardConfig,
+    StageConfig,
+    TrainerConfig,
+    WarmStartConfig,
+)
+
+__all__ = ["RunConfig", "field_docs"]
+
+
+@dataclass(kw_only=True, frozen=True)
+class RunConfig:
+    """Everything one FastRL run needs."""
+
+    recipe: str = doc("custom", "Name of the recipe this config was built from.")
+    model: ModelConfig = section(ModelConfig, "Policy architecture and initial weights.")
+    parallel: ParallelConfig = section(ParallelConfig, "TP / PP / DP layout.")
+    precision: PrecisionConfig = section(PrecisionConfig, "fp32 / bf16 / fp8.")
+    rollout: RolloutConfig = section(RolloutConfig, "Rollout generation.")
+    algorithm: AlgorithmConfig = section(AlgorithmConfig, "Advantages, loss, KL.")
+    pruning: PruningConfig = section(PruningConfig, "MDAP and baseline pruners.")
+    adaptive_sampling: AdaptiveSamplingConfig = section(AdaptiveSamplingConfig, "ARS.")
+    data: DataConfig = section(DataConfig, "Datasets.")
+    reward: RewardConfig = section(RewardConfig, "Reward function.")
+    optimizer: OptimizerConfig = section(OptimizerConfig, "Optimizer and LR schedule.")
+    warm_start: WarmStartConfig = section(WarmStartConfig, "Supervised warm start.")
+    trainer: TrainerConfig = section(TrainerConfig, "Training length and update geometry.")
+    checkpoint: CheckpointConfig = section(CheckpointConfig, "Checkpoints.")
+    logging: LoggingConfig = section(LoggingConfig, "Metrics and console.")
+    stage: StageConfig = section(StageConfig, "Slurm stage.")
+
+    def __post_init__(self) -> None:
+        n, alg = self.rollout.n, self.algorithm
+        _check(
+            not alg.group_relative or n >= 2,
+            f"rollout.n={n} but algorithm.advantage_estimator={alg.advantage_estimator!r} is "
+            f"group-relative and needs at least 2 responses per prompt",
+        )
+        _check(
+            not self.adaptive_sampling.enabled or self.adaptive_sampling.n_min <= n,
+            f"adaptive_sampling.n_min ({self.adaptive_sampling.n_min}) must be <= rollout.n ({n})",
+        )
+        _check(
+            self.adaptive_sampling.period != "stage" or self.stage.end_period_at_stage_end,
+            "adaptive_sampling.period='stage' needs stage.end_period_at_stage_end=true",
+        )
+        mb = self.trainer.mini_batch_prompts
+        _check(
+            self.rollout.prompts_per_step % mb == 0,
+            f"rollout.prompts_per_step ({self.rollout.prompts_per_step}) must be divisible by "
+            f"trainer.mini_batch_prompts ({mb})",
+        )
+        if self.parallel.world_size is not None:
+            self.check_layout(self.parallel.world_size)
+        if self.algorithm.dynamic_sampling:
+            _check(
+                self.algorithm.advantage_estimator != "rloo" or n >= 2,
+                "DAPO dynamic sampling needs n >= 2",
+            )
+
+    def check_layout(self, world_size: int) -> None:
+        """Validate the update geometry for ``world_size`` processes (the launcher's, at start-up).
+
+        Raises:
+            ConfigError: the mini-batch in rollouts is not divisible by dp_size x micro_batch_size.
+        """
+        dp, mbs = self.parallel.dp_size(world_size), self.parallel.micro_batch_size
+        mb, n = self.trainer.mini_batch_prompts, self.rollout.n
+        rollouts = mb * n
+        _check(
+            rollouts % (dp * mbs) == 0,
+            f"the mini-batch of {mb} prompts x n={n} = {rollouts} rollouts is not divisible by "
+            f"dp_size ({dp}) x parallel.micro_batch_size ({mbs}) = {dp * mbs}",
+        )
+
+    # ---- derived settings the trainer documents in its log ----------------------------------
+
+    @property
+    def logprobs_before_pruning(self) -> bool:
+        """Whether old/reference log-probs must be computed on the full batch before pruning.
+
+        Spec section 1 step 8: the faster order (log-probs after pruning) is valid only when
+        nothing before the advantage needs them, i.e. KL is a loss term and not in the reward.
+        """
+        return self.trainer.logprobs_before_pruning or self.algorithm.kl_in_reward
+
+    def update_multiple(self, dp_size: int, n: int | None = None) -> int:
+        """Kept-rollout multiple for Phase-2 refill (spec 2.3).
+
+        The reference uses the actor mini-batch in rollouts (``mini_batch_prompts x n``); this
+        project also requires divisibility by ``dp_size x micro_batch_size`` so every DP rank gets
+        whole micro-batches. Returns the least common multiple of the two.
+        """
+        group = self.rollout.n if n is None else n
+        return math.lcm(self.trainer.mini_batch_prompts * group, dp_size * self.parallel.micro_batch_size)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain nested dict (JSON-serializable) of every field."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, source: str = "config") -> "RunConfig":
+        """Build (and validate) a config from a nested dict, e.g. one stored in a checkpoint.
+
+        Raises:
+            ConfigError: an unknown key (with the closest known key) or an invalid value.
+        """
+        return build_from_nested(cls, data, source=source)
+
+
+def field_docs(cls: type = RunConfig, prefix: str = "") -> dict[str, str]:
+    """Dotted key -> documentation of every leaf field under ``cls``."""
+    out: dict[str, str] = {}
+    for f in dataclasses.fields(cls):
+        key = f"{prefix}{f.name}"
+        if isinstance(f.default_factory, type) and dataclasses.is_dataclass(f.default_factory):
+            out.update(field_docs(f.default_factory, key + "."))
+        else:
+            out[key] = f.metadata.get("doc", "")
+    return out

@@ -1,0 +1,199 @@
+"""Config sections around the RL step: data, reward, optimizer, supervised warm start, training
+length, checkpoints, logging and the Slurm stage of a chained run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from fastrl.config.fields import _check, doc
+
+__all__ = [
+    "CheckpointConfig",
+    "DataConfig",
+    "LoggingConfig",
+    "OptimizerConfig",
+    "RewardConfig",
+    "StageConfig",
+    "TrainerConfig",
+    "WarmStartConfig",
+]
+
+
+@dataclass(kw_only=True, frozen=True)
+class DataConfig:
+    """Training and validation data."""
+
+    dataset: Literal["easy_vqa", "geometry3k", "geoqa8k", "math", "canonical"] = doc(
+        "easy_vqa",
+        "easy_vqa: embedded data from the easy-vqa package; geometry3k / geoqa8k / math: Hugging "
+        "Face parquet (or jsonl) files in train_path / val_path; canonical: files written by "
+        "tools/prepare_data.py.",
+    )
+    train_path: str | None = doc(None, "Training split file (not used by easy_vqa).")
+    val_path: str | None = doc(None, "Validation split file (not used by easy_vqa).")
+    template: str = doc(
+        "easy_vqa_thinking",
+        "Prompt template: a name under recipes/templates/ (without .jinja) or a path to a .jinja file.",
+    )
+    image_size: int = doc(56, "easy_vqa: images are resized to this square size (pixels).")
+    min_pixels: int = doc(56 * 56, "Qwen2.5-VL image processor: lower bound on pixels per image.")
+    max_pixels: int = doc(1024 * 28 * 28, "Qwen2.5-VL image processor: upper bound on pixels per image.")
+    val_size: int = doc(2000, "Validation questions used (from the held-out split).")
+    max_train_samples: int | None = doc(None, "Use at most this many training questions.")
+    on_bad_row: Literal["error", "skip"] = doc(
+        "error", "A corrupt row: fail at start-up naming file, row and reason, or skip and count it."
+    )
+    cache_dir: str | None = doc(None, "Where converted data is cached (default ~/.cache/fastrl).")
+    shuffle_seed: int = doc(0, "Seed of the epoch shuffling of prompts.")
+
+    def __post_init__(self) -> None:
+        _check(
+            self.dataset in ("easy_vqa",) or bool(self.train_path),
+            f"data.dataset={self.dataset!r} needs data.train_path (and data.val_path)",
+        )
+        _check(self.min_pixels <= self.max_pixels, "data.min_pixels must be <= data.max_pixels")
+        _check(self.val_size >= 1, "data.val_size must be >= 1")
+
+    @property
+    def prompt_image_size(self) -> int | None:
+        """Square size (pixels) images are resized to before the processor: ``image_size`` for
+        easy_vqa, None (the processor's min/max_pixels alone) for every other dataset."""
+        return self.image_size if self.dataset == "easy_vqa" else None
+
+
+@dataclass(kw_only=True, frozen=True)
+class RewardConfig:
+    """Reward function and grading workers."""
+
+    name: str = doc(
+        "easy_vqa",
+        "Reward function: geo3k, geoqa8k, math, easy_vqa, easy_vqa_strict, or 'path.py:function' for "
+        "a custom one (called as fn(response, ground_truth)).",
+    )
+    num_workers: int = doc(2, "Grading worker threads.")
+    timeout_s: float = doc(10.0, "Per-response grading timeout; a timeout marks the reward invalid.")
+    accuracy_threshold: float = doc(
+        0.5, "Accuracy at or above this counts as correct (accuracy metrics, DAPO filtering)."
+    )
+
+    def __post_init__(self) -> None:
+        _check(self.num_workers >= 1, "reward.num_workers must be >= 1")
+        _check(self.timeout_s > 0, "reward.timeout_s must be > 0")
+
+
+@dataclass(kw_only=True, frozen=True)
+class OptimizerConfig:
+    """Actor optimizer (megatron-core Adam) and learning-rate schedule."""
+
+    lr: float = doc(1e-6, "Peak learning rate.")
+    min_lr: float = doc(0.0, "Final learning rate of a decaying schedule.")
+    weight_decay: float = doc(1e-2, "Decoupled weight decay (AdamW).")
+    adam_beta1: float = doc(0.9, "Adam beta1.")
+    adam_beta2: float = doc(0.999, "Adam beta2.")
+    adam_eps: float = doc(1e-8, "Adam epsilon.")
+    clip_grad: float = doc(1.0, "Global gradient-norm clipping (0: off).")
+    lr_warmup_steps: int = doc(0, "Linear warm-up, in optimizer steps.")
+    lr_decay_style: Literal["constant", "linear", "cosine"] = doc("constant", "Schedule after warm-up.")
+
+    def __post_init__(self) -> None:
+        _check(self.lr > 0, f"optimizer.lr must be > 0, got {self.lr}")
+        _check(0 <= self.min_lr <= self.lr, "optimizer.min_lr must be in [0, optimizer.lr]")
+        _check(self.clip_grad >= 0, "optimizer.clip_grad must be >= 0")
+
+
+@dataclass(kw_only=True, frozen=True)
+class WarmStartConfig:
+    """Supervised warm start before RL (the tiny CPU policy starts from random weights)."""
+
+    enabled: bool = doc(False, "Run (or reuse from cache) a supervised warm start before RL.")
+    vision_warmup_steps: int = doc(
+        150, "Steps that train the vision tower and merger through linear attribute heads first."
+    )
+    sft_steps: int = doc(25, "Supervised fine-tuning steps on formatted answers.")
+    batch_size: int = doc(64, "Warm-start batch size (samples).")
+    lr: float = doc(1e-3, "Warm-start learning rate.")
+    aux_loss_weight: float = doc(0.3, "Weight of the attribute-head loss kept on during SFT.")
+    cache: bool = doc(True, "Reuse a cached warm start with the same settings.")
+
+
+@dataclass(kw_only=True, frozen=True)
+class TrainerConfig:
+    """Length of training, update geometry and validation."""
+
+    epochs: int = doc(1, "Epochs over the training prompts.")
+    max_steps: int | None = doc(None, "Stop after this many steps (None: epochs decide).")
+    mini_batch_prompts: int = doc(
+        32,
+        "Prompts per policy-update mini-batch (EasyR1's global_batch_size). The kept rollouts are "
+        "refilled to a multiple of this x n (reference) and of dp_size x micro_batch_size.",
+    )
+    val_every: int = doc(20, "Validate every K steps (0: only at the end).")
+    val_before_train: bool = doc(True, "Validate the starting policy.")
+    val_only: bool = doc(
+        False,
+        "Validate the starting policy (after the warm start, or the checkpoint being resumed) and "
+        "exit: no training step, no checkpoint written.",
+    )
+    logprobs_before_pruning: bool = doc(
+        False,
+        "Compute old/reference log-probs on the full batch before pruning. Forced on when KL is "
+        "folded into the reward; otherwise the faster after-pruning path is used.",
+    )
+    seed: int = doc(1, "Global seed (data order, dropout, sampling unless overridden).")
+    torch_threads: int = doc(2, "torch intra-op threads per process on CPU.")
+
+    def __post_init__(self) -> None:
+        _check(self.epochs >= 1, "trainer.epochs must be >= 1")
+        _check(self.max_steps is None or self.max_steps >= 1, "trainer.max_steps must be >= 1")
+        _check(self.mini_batch_prompts >= 1, "trainer.mini_batch_prompts must be >= 1")
+        _check(self.val_every >= 0, "trainer.val_every must be >= 0")
+
+
+@dataclass(kw_only=True, frozen=True)
+class CheckpointConfig:
+    """Distributed checkpoints of the actor and the exact train state."""
+
+    dir: str | None = doc(None, "Checkpoint directory (default: <run_dir>/checkpoints).")
+    save_every: int = doc(0, "Save every K steps (0: only at the end and on a stop signal).")
+    keep_last: int = doc(2, "Complete checkpoints kept (best is kept in addition).")
+    resume: str = doc("auto", "'auto': the newest complete checkpoint if any; 'none'; or a directory.")
+    save_optimizer: bool = doc(True, "Include optimizer state (needed for exact resume).")
+    optimizer_format: Literal["fully_reshardable", "dp_reshardable"] = doc(
+        "fully_reshardable",
+        "DistributedOptimizer state layout in the checkpoint (megatron-core sharding types): "
+        "'fully_reshardable' is stored per parameter in model space (gathered on DP rank 0 while "
+        "saving) and resumes at any TP/PP/DP layout; 'dp_reshardable' stores each rank's flat "
+        "buffer shard (no gather, less memory at save) and resumes only at the same TP/PP sizes.",
+    )
+
+    def __post_init__(self) -> None:
+        _check(self.keep_last >= 1, "checkpoint.keep_last must be >= 1")
+        _check(self.save_every >= 0, "checkpoint.save_every must be >= 0")
+
+
+@dataclass(kw_only=True, frozen=True)
+class LoggingConfig:
+    """Metrics and console output."""
+
+    output_dir: str = doc("runs", "Runs are written under this directory.")
+    run_name: str | None = doc(None, "Run directory name (default: the recipe name).")
+    tensorboard: bool = doc(True, "Write TensorBoard events when tensorboard is installed.")
+    wandb_project: str | None = doc(None, "Weights & Biases project (None: off).")
+    progress_bar: bool = doc(True, "Progress bar on rank 0.")
+    log_every: int = doc(1, "Print a metrics line every K steps.")
+
+
+@dataclass(kw_only=True, frozen=True)
+class StageConfig:
+    """One Slurm stage of a chained run (slurm/submit.sh)."""
+
+    max_steps: int | None = doc(None, "Steps this stage trains at most (None: until the run ends).")
+    time_limit_s: float | None = doc(
+        None, "Stop (save and exit 0) before this many seconds of wall time in this stage."
+    )
+    end_period_at_stage_end: bool = doc(
+        True, "With adaptive_sampling.period='stage': end the ARS period when the stage ends."
+    )
+    exit_signal: Literal["USR1", "TERM"] = doc("USR1", "Signal that asks for save-and-exit.")

@@ -1,0 +1,159 @@
+"""Hugging Face model directories: their config, weight files and metadata, and which directory
+describes a checkpoint's model (for conversion and export)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from fastrl.checkpoint.layout import COMPLETE_MARKER, HF_FILES_DIR
+from fastrl.checkpoint.manager import CheckpointError
+from fastrl.checkpoint.resolve import ResolvedCheckpoint, read_train_state
+
+#: File name endings of weight files (never copied as "metadata" of a model directory).
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack", ".ckpt")
+WEIGHT_INDEX_SUFFIXES = (".safetensors.index.json", ".bin.index.json")
+#: Files never copied from a model directory: the tiny model's build stamp (it describes the random
+#: initialization, not these weights) and this module's own records.
+SKIPPED_FILES = ("fastrl_tiny_model.json", "fastrl_import.json", "fastrl_export.json", COMPLETE_MARKER)
+#: Sub-directories of a model directory copied with it (the tiny model's tokenizer-only copy).
+COPIED_SUBDIRS = ("tokenizer",)
+
+DType = Literal["auto", "float32", "bfloat16"]
+_TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+class ConversionError(CheckpointError):
+    """A conversion that cannot be done (bad input directory, mapping mismatch, existing output)."""
+
+
+def is_weight_file(name: str) -> bool:
+    """True for weight files and their shard indexes (``*.safetensors``, ``*.bin.index.json``...)."""
+    return name.endswith(WEIGHT_SUFFIXES) or name.endswith(WEIGHT_INDEX_SUFFIXES)
+
+
+
+def copy_model_metadata(src: str | os.PathLike, dst: str | os.PathLike) -> list[str]:
+    """Copy a Hugging Face directory's non-weight files (config, tokenizer, processor, chat template).
+
+    Top-level files except weights and :data:`SKIPPED_FILES`, and :data:`COPIED_SUBDIRS`. Returns the copied relative paths.
+    """
+    src, dst = Path(src), Path(dst)
+    dst.mkdir(parents=True, exist_ok=True)
+    copied = []
+    for p in sorted(src.iterdir()):
+        if p.is_file() and not is_weight_file(p.name) and p.name not in SKIPPED_FILES:
+            shutil.copy2(p, dst / p.name)
+            copied.append(p.name)
+        elif p.is_dir() and p.name in COPIED_SUBDIRS:
+            shutil.copytree(p, dst / p.name, dirs_exist_ok=True)
+            copied.append(p.name + "/")
+    return copied
+
+
+
+def read_hf_config(hf_dir: str | os.PathLike) -> dict[str, Any]:
+    """``config.json`` of a Hugging Face directory as a dict.
+
+    Raises:
+        ConversionError: missing or unreadable ``config.json``.
+    """
+    path = Path(hf_dir) / "config.json"
+    if not path.is_file():
+        raise ConversionError(f"{path} does not exist: {hf_dir} is not a Hugging Face model directory")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ConversionError(f"{path} is not valid JSON ({err})") from None
+
+
+
+def tie_word_embeddings(config: dict[str, Any]) -> bool:
+    """Whether a Hugging Face config ties the output layer to the input embedding (top level or text config)."""
+    if "tie_word_embeddings" in config:
+        return bool(config["tie_word_embeddings"])
+    return bool(config.get("text_config", {}).get("tie_word_embeddings", False))
+
+
+
+def resolve_dtype(dtype: DType, config: dict[str, Any]) -> torch.dtype:
+    """``auto``: bfloat16 when the config's ``torch_dtype``/``dtype`` says so, else float32."""
+    if dtype != "auto":
+        return _TORCH_DTYPES[dtype]
+    stored = config.get("torch_dtype") or config.get("dtype") or config.get("text_config", {}).get("torch_dtype")
+    return torch.bfloat16 if stored == "bfloat16" else torch.float32
+
+
+def precision_for(dtype: torch.dtype):
+    from fastrl.config import PrecisionConfig
+
+    return PrecisionConfig(mode="bf16" if dtype == torch.bfloat16 else "fp32")
+
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def hf_weight_names(hf_dir: Path) -> list[str]:
+    """Names of the weights stored in a Hugging Face directory (safetensors headers only)."""
+    from safetensors import safe_open
+
+    index = sorted(hf_dir.glob("*.safetensors.index.json"))
+    if index:
+        return sorted(json.loads(index[0].read_text())["weight_map"])
+    names: set[str] = set()
+    for file in sorted(hf_dir.glob("*.safetensors")):
+        with safe_open(str(file), framework="pt", device="cpu") as f:
+            names.update(f.keys())
+    if not names:
+        raise ConversionError(f"{hf_dir} holds no safetensors weights (*.safetensors or *.safetensors.index.json)")
+    return sorted(names)
+
+
+def model_template_dir(checkpoint: ResolvedCheckpoint, *, hf: str | os.PathLike | None, scratch: Path) -> Path:
+    """The Hugging Face directory whose config and tokenizer/processor files describe the checkpoint's model.
+
+    ``hf`` when given; else the ``hf/`` copy of an imported checkpoint; else, for a trainer
+    checkpoint, from the run's config in ``train_state.pt``: ``model.hf_path`` (``model.source='hf'``),
+    the ``hf/`` of ``model.megatron_checkpoint``, or the tiny model rebuilt from its ``model.tiny_*``
+    settings into ``scratch`` (deterministic: same config and tokenizer).
+
+    Raises:
+        CheckpointError / ConversionError: nothing describes the model.
+    """
+    if hf is not None:
+        read_hf_config(hf)
+        return Path(hf)
+    if checkpoint.kind == "import":
+        return checkpoint.path / HF_FILES_DIR
+    state = read_train_state(checkpoint.path)
+    config = state.get("config") or {}
+    model = config.get("model") or {}
+    if model.get("source") == "hf":
+        read_hf_config(model["hf_path"])
+        return Path(model["hf_path"])
+    if model.get("megatron_checkpoint"):
+        return Path(model["megatron_checkpoint"]) / HF_FILES_DIR
+    if model.get("source") == "tiny":
+        from fastrl.config import DataConfig, ModelConfig
+        from fastrl.models.tiny import build_tiny_hf_model_dir
+
+        fields = {k: v for k, v in model.items() if k in ModelConfig.__dataclass_fields__}
+        data = config.get("data") or {}
+        defaults = DataConfig()
+        return build_tiny_hf_model_dir(
+            scratch / "tiny-model",
+            ModelConfig(**fields),
+            min_pixels=data.get("min_pixels", defaults.min_pixels),
+            max_pixels=data.get("max_pixels", defaults.max_pixels),
+        )
+    raise ConversionError(
+        f"checkpoint {checkpoint.path}: its run config does not say which model it holds; pass --hf "
+        f"with the Hugging Face directory the run started from"
+    )

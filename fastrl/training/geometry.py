@@ -1,0 +1,100 @@
+"""The update geometry: how a step's kept rollouts are cut into mini-batches and micro-batches.
+
+One place for every rule (see docs/parallelism.md, "Micro-batches and the loss"):
+
+- every DP rank trains on whole micro-batches of ``parallel.micro_batch_size`` rollouts, so the
+  kept count is a multiple of ``dp_size x micro_batch_size`` (:func:`whole_micro_batches`);
+- MDAP's Phase-2 refill rounds the kept count up to :func:`refill_multiple` (the actor mini-batch
+  in rollouts, ``trainer.mini_batch_prompts x n``, and whole micro-batches; spec 2.3);
+- what refill could not round (no pruning, a short DAPO batch) is trimmed by
+  :func:`trim_to_multiple`;
+- each rank splits its rows into :func:`mini_batch_sizes`, one optimizer update each
+  (``algorithm.ppo_epochs`` passes), :func:`rank_mini_batch_rows` rollouts per update;
+- the LR schedule is sized by :func:`updates_per_step_estimate`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from fastrl.algorithms import pruning as P
+from fastrl.config import RunConfig
+
+
+def whole_micro_batches(cfg: RunConfig, dp_size: int) -> int:
+    """Rollouts of one micro-batch on every DP rank: ``dp_size x parallel.micro_batch_size``."""
+    return dp_size * cfg.parallel.micro_batch_size
+
+
+def refill_multiple(cfg: RunConfig, dp_size: int, n: int) -> int:
+    """Phase-2 refill multiple at group size ``n`` (:meth:`RunConfig.update_multiple`)."""
+    return cfg.update_multiple(dp_size, n=n)
+
+
+def rank_mini_batch_rows(cfg: RunConfig, dp_size: int, n: int) -> int:
+    """Rollouts of one optimizer update on one DP rank: ``mini_batch_prompts x n / dp_size`` (>= 1)."""
+    return max(1, cfg.trainer.mini_batch_prompts * n // dp_size)
+
+
+def updates_per_step_estimate(cfg: RunConfig) -> int:
+    """Optimizer updates of an unpruned step at the configured n (sizes the LR schedule)."""
+    return cfg.algorithm.ppo_epochs * max(1, cfg.rollout.prompts_per_step // cfg.trainer.mini_batch_prompts)
+
+
+def trim_to_multiple(
+    result: P.PruneResult, advantages: torch.Tensor, group_ids: torch.Tensor, multiple: int
+) -> tuple[P.PruneResult, int]:
+    """Drop the kept rollouts with the smallest ``|a|`` (latest first on ties) until the kept
+    count is a multiple of ``multiple`` (whole micro-batches on every DP rank).
+
+    Only needed when nothing could be refilled (no pruning, or a batch shorter than the update
+    geometry after DAPO filtering). Returns the new result and the number dropped.
+
+    Raises:
+        ValueError: fewer kept rollouts than ``multiple``.
+    """
+    kept = result.num_kept
+    excess = kept % multiple
+    if excess == 0:
+        return result, 0
+    if kept < multiple:
+        raise ValueError(
+            f"only {kept} rollouts are left for the update, fewer than dp_size x micro_batch_size = {multiple}; "
+            f"raise rollout.prompts_per_step or algorithm.max_dynamic_sampling_rounds"
+        )
+    idx = result.indices
+    order = sorted(idx.tolist(), key=lambda i: (abs(float(advantages[i])), -i))
+    keep = result.keep.clone()
+    keep[torch.tensor(order[:excess])] = False
+    ids, counts = torch.unique(group_ids[keep], return_counts=True)
+    per_group = {int(g): 0 for g in result.kept_per_group}
+    per_group.update({int(g): int(c) for g, c in zip(ids, counts)})
+    values = list(per_group.values())
+    return (
+        dataclasses.replace(
+            result, keep=keep, kept_per_group=per_group,
+            f1=sum(values) / max(len(values), 1), f2=max(values, default=0),
+        ),
+        excess,
+    )
+
+
+def mini_batch_sizes(rows: int, mini: int, micro: int) -> list[int]:
+    """Sizes of the policy-update mini-batches of ``rows`` rollouts on one rank.
+
+    About ``rows / mini`` mini-batches (at least one), as equal as possible, each a whole number of
+    micro-batches of ``micro`` rollouts: exactly ``mini`` each when ``rows`` is a multiple of
+    ``mini`` and ``mini`` a multiple of ``micro`` (the usual case; the adaptive sampler's odd group
+    sizes and DAPO's short batches give the others).
+
+    Raises:
+        ValueError: ``rows`` is not a multiple of ``micro``.
+    """
+    if rows % micro:
+        raise ValueError(f"{rows} rollouts cannot be split into micro-batches of {micro}")
+    units = rows // micro
+    count = max(1, min(units, round(rows / mini)))
+    base, extra = divmod(units, count)
+    return [(base + (1 if i < extra else 0)) * micro for i in range(count)]

@@ -1,0 +1,120 @@
+"""The components of a run, built once from its config: data, policy, actor, reference policy,
+rollout engine, reward scorer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fastrl.config import RunConfig
+from fastrl.data import Record, load_train_val
+from fastrl.distributed.parallel_state import ParallelContext
+from fastrl.training.geometry import updates_per_step_estimate
+from fastrl.training.prompting import PromptSource
+from fastrl.training.timers import PhaseTimer
+
+
+@dataclass
+class RunParts:
+    """Everything a step needs besides the :class:`~fastrl.checkpoint.train_state.TrainState`.
+
+    Attributes:
+        cfg / ctx: the run's config and parallel context.
+        run_dir: metrics, plots and checkpoints go here.
+        policy_dir: the Hugging Face directory the run started from.
+        prompts: the training prompts (records, chat rendering).
+        val: the validation records.
+        actor: the trainable megatron-core policy with its optimizer and LR scheduler.
+        reference: the frozen reference policy (KL), or None.
+        engine: the rollout engine (:class:`fastrl.rollout.engine.RolloutEngine`).
+        scorer: the reward scorer (:class:`fastrl.rewards.RewardScorer`).
+        timer: wall time per phase.
+        data_metrics / start_metrics: logged once at step 0 (data report, warm start).
+    """
+
+    cfg: RunConfig
+    ctx: ParallelContext
+    run_dir: Path
+    policy_dir: Path
+    prompts: PromptSource
+    val: list[Record]
+    actor: Any
+    reference: Any
+    engine: Any
+    scorer: Any
+    timer: PhaseTimer
+    data_metrics: dict[str, float]
+    start_metrics: dict[str, float]
+
+    def close(self) -> None:
+        """Stop the grading workers."""
+        self.scorer.close()
+
+
+def total_steps(cfg: RunConfig, num_train: int) -> int:
+    """Steps of the run: ``trainer.epochs`` over ``num_train`` prompts, capped by ``trainer.max_steps``."""
+    t = cfg.trainer
+    per_epoch = max(1, num_train // cfg.rollout.prompts_per_step)
+    total = t.epochs * per_epoch
+    return min(total, t.max_steps) if t.max_steps else total
+
+
+def build_parts(cfg: RunConfig, ctx: ParallelContext, run_dir: Path) -> RunParts:
+    """Build every component of the run (collective)."""
+    from fastrl.models.provider import build_policy
+    from fastrl.rewards import RewardScorer
+    from fastrl.training.actor import Actor
+    from fastrl.training.policy_source import prepare_policy_dir
+    from fastrl.training.update_phase import refit
+
+    timer = PhaseTimer(sync=torch.cuda.synchronize if ctx.device.type == "cuda" else None)
+    d = cfg.data
+    train_split, val_split = load_train_val(
+        d.dataset, d.train_path, d.val_path, on_bad_row=d.on_bad_row, cache_dir=d.cache_dir,
+        max_train=d.max_train_samples, max_val=d.val_size,
+    )
+    train = list(train_split.records)
+    policy_dir, start_metrics = prepare_policy_dir(cfg, rank=ctx.rank, train=train)
+    ckpt = cfg.model.megatron_checkpoint
+
+    def policy(trainable: bool):
+        built = build_policy(
+            policy_dir, parallel=cfg.parallel, precision=cfg.precision, model=cfg.model,
+            trainable=trainable, load_weights=ckpt is None,
+        )
+        if ckpt:
+            from fastrl.checkpoint.resolve import load_megatron_checkpoint
+
+            load_megatron_checkpoint(built.chunks, ckpt)
+        return built
+
+    alg, ro = cfg.algorithm, cfg.rollout
+    actor = Actor(
+        policy(True), algorithm=alg, optimizer=cfg.optimizer, parallel=cfg.parallel, precision=cfg.precision,
+        total_steps=total_steps(cfg, len(train)) * updates_per_step_estimate(cfg),
+        temperature=ro.temperature if ro.temperature > 0 else 1.0,
+    )
+    reference = policy(False) if (alg.use_kl_loss and alg.kl_coef > 0 or alg.kl_in_reward) else None
+    engine = _build_engine(cfg, policy_dir)
+    if ckpt:
+        refit(engine, actor)  # the engine starts from the imported weights, not the HF directory's
+    scorer = RewardScorer(cfg.reward.name, num_workers=cfg.reward.num_workers, timeout_s=cfg.reward.timeout_s)
+    prompts = PromptSource(train, template=d.template, tokenizer=engine.tokenizer, image_size=d.prompt_image_size)
+    return RunParts(
+        cfg=cfg, ctx=ctx, run_dir=run_dir, policy_dir=policy_dir, prompts=prompts, val=list(val_split.records),
+        actor=actor, reference=reference, engine=engine, scorer=scorer, timer=timer,
+        data_metrics=train_split.report.as_metrics(), start_metrics=start_metrics,
+    )
+
+
+def _build_engine(cfg: RunConfig, policy_dir: Path):
+    if cfg.rollout.engine == "vllm":
+        from fastrl.rollout.vllm_engine import VLLMRolloutEngine
+
+        return VLLMRolloutEngine.from_pretrained(policy_dir, cfg.rollout)
+    from fastrl.rollout.hf_engine import HFRolloutEngine
+
+    return HFRolloutEngine.from_pretrained(policy_dir, cfg.rollout)

@@ -1,0 +1,55 @@
+"""The Hugging Face directory a run starts from, as the recipe chose it.
+
+- ``model.source='hf'``: ``model.hf_path`` as it is.
+- ``model.source='tiny'``: the small random Qwen2.5-VL-architecture model described by the
+  ``model.tiny_*`` fields, built once into the cache (rank 0), then, with ``warm_start.enabled``,
+  its supervised warm start (cached by a key of everything it depends on).
+
+``model.megatron_checkpoint`` (weights from an imported or trainer checkpoint) is loaded on top of
+the directory's architecture by :func:`fastrl.training.parts.build_parts`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from fastrl.config import RunConfig
+from fastrl.data import Record
+from fastrl.distributed import world
+
+
+def cache_dir(cfg: RunConfig) -> Path:
+    """``data.cache_dir`` or the default cache (``~/.cache/fastrl``)."""
+    from fastrl.data.easy_vqa import default_cache_dir
+
+    return Path(cfg.data.cache_dir) if cfg.data.cache_dir else default_cache_dir()
+
+
+def prepare_policy_dir(cfg: RunConfig, *, rank: int, train: Sequence[Record]) -> tuple[Path, dict[str, float]]:
+    """The run's starting Hugging Face directory and the start-up metrics of building it
+    (the warm start's, when one ran). Collective (every rank gets rank 0's directory)."""
+    m = cfg.model
+    if m.source == "hf":
+        return Path(m.hf_path), {}
+    from fastrl.models.tiny import build_tiny_hf_model_dir, tiny_model_settings
+
+    d = cfg.data
+    key = tiny_model_settings(m, min_pixels=d.min_pixels, max_pixels=d.max_pixels).key()
+    base = cache_dir(cfg) / "models" / f"tiny-{key}"
+    if rank == 0:
+        build_tiny_hf_model_dir(base, m, min_pixels=d.min_pixels, max_pixels=d.max_pixels)
+    world.barrier()
+    if not cfg.warm_start.enabled:
+        return base, {}
+    from fastrl.training.warm_start import run_warm_start
+
+    out, metrics = None, {}
+    if rank == 0:
+        out, metrics = run_warm_start(
+            base, cache_dir(cfg) / "warm_start", train, cfg.warm_start,
+            template=d.template, image_size=d.prompt_image_size,
+            seed=cfg.trainer.seed, torch_threads=cfg.trainer.torch_threads,
+        )
+    out = world.broadcast_object(out)
+    return Path(out), dict(metrics)

@@ -1,0 +1,119 @@
+"""Phases 3-4 of a step: rewards, DAPO dynamic sampling, group advantages."""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Callable
+
+import torch
+
+from fastrl.algorithms.advantages import grpo_advantages, rloo_advantages
+from fastrl.algorithms.filters import overlong_penalty
+from fastrl.config import AlgorithmConfig, RunConfig
+from fastrl.distributed import collectives, world
+from fastrl.rollout.engine import Rollouts
+from fastrl.training.prompting import PromptBatch
+from fastrl.training.rollout_batch import (
+    ScoredRollouts,
+    concat_scored,
+    filter_informative,
+    num_groups,
+    select_scored,
+    with_advantages,
+)
+
+logger = logging.getLogger("fastrl.trainer")
+
+Metrics = dict[str, float]
+
+
+def score(scorer, prompts: PromptBatch, rollouts: Rollouts, cfg: RunConfig) -> tuple[ScoredRollouts, Metrics]:
+    """Grade every rollout (invalid where the grader failed) and apply DAPO's overlong shaping.
+
+    Returns:
+        The scored rollouts and the engine's and scorer's metrics.
+    """
+    truths = [prompts[i][1].answer for i in rollouts.prompt_index]
+    results = scorer.score(rollouts.response_texts, truths)
+    valid = torch.tensor([r.valid for r in results])
+    rewards = torch.tensor([r.overall if r.valid else 0.0 for r in results], dtype=torch.float32)
+    accuracy = torch.tensor([r.accuracy if r.valid else 0.0 for r in results], dtype=torch.float32)
+    formatted = torch.tensor([bool(r.valid and r.format > 0) for r in results])
+    alg = cfg.algorithm
+    if alg.overlong_shaping:
+        rewards = rewards + overlong_penalty(
+            torch.tensor(rollouts.lengths), cfg.rollout.max_response_length, alg.overlong_cache_length
+        ).float()
+    group_ids = torch.tensor([prompts[i][0] for i in rollouts.prompt_index], dtype=torch.long)
+    metrics = {**rollouts.metrics, **scorer.last_stats.as_metrics()}
+    return ScoredRollouts(rollouts, group_ids, rewards, accuracy, valid, formatted), metrics
+
+
+def dynamic_sampling(
+    scored: ScoredRollouts, *, alg: AlgorithmConfig, step: int, more: Callable[[int], tuple[ScoredRollouts, int]]
+) -> tuple[ScoredRollouts, Metrics]:
+    """DAPO dynamic sampling: drop groups whose accuracy is all 0 or all 1 (on accuracy, not the
+    shaped reward) and generate more prompts, at most ``max_dynamic_sampling_rounds`` extra
+    rounds, until every DP rank holds as many informative groups as it had prompts. When the
+    rounds are exhausted, train on what was collected (warned).
+
+    Args:
+        more: ``more(round_index)`` generates and scores one extra round on this rank; returns the
+            scored rollouts and the number of prompts drawn on this rank.
+    """
+    if not alg.dynamic_sampling:
+        return scored, {}
+    target = num_groups(scored)
+    total_groups = target
+    collected = filter_informative(scored)
+    rounds = 0
+    while world.any_rank(num_groups(collected) < target) and rounds < alg.max_dynamic_sampling_rounds:
+        rounds += 1
+        extra, drawn = more(rounds)
+        total_groups += drawn
+        collected = concat_scored(collected, filter_informative(extra))
+    have = num_groups(collected)
+    metrics = {"dapo/extra_rounds": float(rounds), "dapo/informative_group_fraction": have / max(total_groups, 1)}
+    if world.any_rank(have < target):
+        logger.warning(
+            "step %d: DAPO dynamic sampling found %d of %d informative groups on this rank after %d extra "
+            "round(s) (algorithm.max_dynamic_sampling_rounds); training on what was collected",
+            step, have, target, rounds,
+        )
+    if have == 0:
+        logger.warning("step %d: no informative group at all; training on the unfiltered batch", step)
+        return scored, metrics
+    ids = collected.group_ids.tolist()
+    wanted = set(sorted(set(ids), key=ids.index)[:target])
+    return select_scored(collected, [r for r, g in enumerate(ids) if g in wanted]), metrics
+
+
+def compute_advantages(scored: ScoredRollouts, alg: AlgorithmConfig) -> tuple[ScoredRollouts, Metrics]:
+    """Group-relative advantages of the full batch (GRPO / Dr. GRPO / RLOO; invalid rewards
+    excluded from the statistics), and the DP-global reward, accuracy and advantage statistics."""
+    if alg.advantage_estimator == "rloo":
+        adv = rloo_advantages(scored.rewards, scored.group_ids, valid=scored.valid)
+    else:
+        adv = grpo_advantages(
+            scored.rewards, scored.group_ids, eps=alg.adv_eps, unbiased=alg.std_unbiased,
+            scale=alg.advantage_estimator == "grpo", valid=scored.valid,
+        )
+    scored = with_advantages(scored, adv)
+    m: Metrics = {}
+    for name, values in (
+        ("reward", scored.rewards), ("accuracy", scored.accuracy), ("format", scored.formatted.float()), ("advantage", adv),
+    ):
+        m[f"{name}/mean"], m[f"{name}/std"] = global_mean_std(values[scored.valid])
+    m["advantage/abs_mean"] = global_mean_std(adv.abs())[0]
+    m["response/length_mean"] = float(scored.response_lengths.float().mean())
+    return scored, m
+
+
+def global_mean_std(values: torch.Tensor) -> tuple[float, float]:
+    """Mean and standard deviation of ``values`` over every DP rank (one all-reduce of 3 floats)."""
+    v = values.double()
+    stats = collectives.all_reduce_sum_dp(torch.stack([v.sum(), (v * v).sum(), torch.tensor(float(v.numel()), dtype=torch.float64)]))
+    count = max(float(stats[2]), 1.0)
+    mean = float(stats[0]) / count
+    return mean, math.sqrt(max(float(stats[1]) / count - mean * mean, 0.0))

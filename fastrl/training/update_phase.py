@@ -1,0 +1,60 @@
+"""Phases 8-9 of a step and the refit: old / reference log-probs, the policy update, and the
+weight transfer to the rollout engine."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, ContextManager
+
+from fastrl.batch import PolicyBatch
+from fastrl.config import RunConfig
+from fastrl.models import logprobs as lp_ops
+from fastrl.models.provider import export_hf_weights
+from fastrl.training.geometry import mini_batch_sizes, rank_mini_batch_rows
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fastrl.training.actor import Actor
+
+Metrics = dict[str, float]
+Phase = Callable[[str], ContextManager[Any]]
+
+
+def add_log_probs(
+    batch: PolicyBatch, actor: "Actor", reference: Any, *, micro_batch_size: int, phase: Phase
+) -> tuple[PolicyBatch, Metrics]:
+    """Add ``old_log_probs`` (and ``ref_log_probs`` when there is a reference policy), float32
+    [N, T], to ``batch``; metrics: the engine/trainer log-prob mismatch."""
+    with phase("old"):
+        old = actor.log_probs(batch)
+    batch.tensors["old_log_probs"] = old
+    if reference is not None:
+        with phase("ref"):
+            batch.tensors["ref_log_probs"] = lp_ops.compute_log_probs(
+                reference.chunks, batch, micro_batch_size=micro_batch_size, temperature=actor.temperature
+            )
+    mismatch = lp_ops.mismatch_metrics(old, batch.tensors["engine_log_probs"], batch.response_mask)
+    return batch, lp_ops.reduce_mismatch_metrics(mismatch)
+
+
+def update_policy(batch: PolicyBatch, actor: "Actor", cfg: RunConfig, *, n: int, dp_size: int) -> Metrics:
+    """``algorithm.ppo_epochs`` passes over this rank's rows, one optimizer update per
+    mini-batch (:func:`~fastrl.training.geometry.mini_batch_sizes`); returns the mean of each
+    update metric and ``actor/updates``."""
+    mini = rank_mini_batch_rows(cfg, dp_size, n)
+    per = mini_batch_sizes(len(batch), mini, cfg.parallel.micro_batch_size)
+    collected: dict[str, list[float]] = {}
+    for _ in range(cfg.algorithm.ppo_epochs):
+        start = 0
+        for size in per:
+            out = actor.update(batch.select(range(start, start + size)))
+            start += size
+            for k, v in out.items():
+                collected.setdefault(k, []).append(v)
+    m = {k: sum(v) / len(v) for k, v in collected.items()}
+    m["actor/updates"] = float(len(per) * cfg.algorithm.ppo_epochs)
+    return m
+
+
+def refit(engine: Any, actor: "Actor") -> Metrics:
+    """Stream the actor's weights (Hugging Face names, full tensors) into the rollout engine."""
+    count = engine.update_weights(export_hf_weights(actor.policy))
+    return {"refit/tensors": float(count)}
