@@ -15,15 +15,19 @@ PYTEST_ARGS ?=
 export OMP_NUM_THREADS ?= 2
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: run test setup system venv vllm-venv clean-venv
+.PHONY: run test lint setup system venv vllm-venv clean-venv
 
 run: setup
 	$(PY) -m fastrl.train --recipe $(RECIPE) $(RUN_FLAGS) $(ARGS)
 
-test: setup vllm-venv
+test: setup vllm-venv lint
 	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; that is a failure" >&2; exit 1; fi; \
 	exit $$rc
+
+# ruff (configuration in pyproject.toml): pyflakes, pycodestyle, import order; part of `make test`.
+lint: venv
+	$(PY) -m ruff check .
 
 setup: system venv
 

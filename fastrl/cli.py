@@ -3,7 +3,8 @@
 Overrides are parsed against the dataclass annotations of :mod:`fastrl.config` (``int``,
 ``float``, ``bool``, ``str``, ``Literal[...]`` and ``X | None``; see :mod:`fastrl.config.nested`);
 an unknown key is an error that names the closest known key. The config is validated again after
-the overrides are applied.
+the overrides are applied; :func:`check_names` then resolves what it names (reward function, prompt
+template), so that a typo fails before the run starts (also under ``--dry-run``).
 """
 
 from __future__ import annotations
@@ -37,6 +38,27 @@ def apply_overrides(config: RunConfig, overrides: Sequence[str]) -> RunConfig:
             node = node[part]
         node[leaf] = value
     return build_from_nested(RunConfig, nested, source="overrides")
+
+
+def check_names(config: RunConfig) -> None:
+    """Resolve ``reward.name`` (a custom ``path.py:function`` reward is imported) and
+    ``data.template`` as the trainer will.
+
+    Raises:
+        ConfigError: naming the key and the value: unknown reward or template, missing file or
+            function, a custom reward file that fails to import.
+    """
+    from fastrl.data import resolve_template
+    from fastrl.rewards import RewardSpecError, get_reward
+
+    try:
+        get_reward(config.reward.name)
+    except (RewardSpecError, ValueError, OSError) as err:
+        raise ConfigError(f"reward.name={config.reward.name!r}: {err}") from None
+    try:
+        resolve_template(config.data.template)
+    except FileNotFoundError as err:
+        raise ConfigError(f"data.template={config.data.template!r}: {err}") from None
 
 
 def format_config(config: RunConfig) -> str:

@@ -2,15 +2,23 @@
 
 Parses the recipe and overrides, then (unless ``--dry-run``) initializes the parallel state and
 runs the trainer. ``--describe`` lists every config key with its value and documentation.
+
+Exit codes: 0 finished (or a stage ended, or a stop signal was honoured after a save); 2 the
+config was refused (one line ``fastrl.train: config error: ...``); 1 an error after start-up: one
+line ``fastrl.train: error: ...`` and where the run's full log with the traceback is (``--debug``
+prints the traceback here too).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
+import traceback
+from pathlib import Path
 from typing import Sequence
 
-from fastrl.cli import apply_overrides, describe_config, format_config
+from fastrl.cli import apply_overrides, check_names, describe_config, format_config
 from fastrl.config import ConfigError, RunConfig
 
 
@@ -29,14 +37,33 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dry-run", action="store_true", help="print the resolved config and exit")
     parser.add_argument("--describe", action="store_true", help="list every config key with its documentation")
     parser.add_argument("--list-recipes", action="store_true", help="list the registered recipes and exit")
+    parser.add_argument(
+        "--debug", action="store_true",
+        help="on an error after start-up, print the traceback here (it is always in the run's log file)",
+    )
     return parser
 
 
 def resolve_config(recipe: str, overrides: Sequence[str]) -> RunConfig:
-    """The recipe ``recipe`` with ``overrides`` applied and validated."""
+    """The recipe ``recipe`` with ``overrides`` applied and validated, its reward and template resolved.
+
+    Raises:
+        ConfigError: unknown recipe, bad override, refused value, unknown reward or template, a
+            memory plan that does not fit (fastrl/models/memory_plan.py).
+    """
+    from fastrl.models.memory_plan import config_check
     from recipes import get_recipe
 
-    return apply_overrides(get_recipe(recipe), overrides)
+    config = apply_overrides(get_recipe(recipe), overrides)
+    check_names(config)
+    config_check(config)  # the memory plan, when parallel.world_size and parallel.gpu_memory_gib are set
+    return config
+
+
+def one_line(err: BaseException) -> str:
+    """``err`` as one line: ``Type: message`` with the message's whitespace runs collapsed."""
+    text = " ".join(str(err).split())
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -59,10 +86,42 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.dry_run:
         print(f"# recipe: {config.recipe}")
         print(format_config(config))
-        return 0
-    from fastrl.training.run import run  # heavy imports only when training
+        if config.parallel.world_size is not None:  # the memory plan (fastrl/models/memory_plan.py)
+            from fastrl.models.memory_plan import dry_run_report
 
-    return run(config)
+            print(dry_run_report(config))
+        return 0
+    from fastrl.training.run import log_file, run  # heavy imports only when training
+
+    try:
+        return run(config)
+    except Exception as err:  # noqa: BLE001 - every error after start-up: one line, log file, exit 1
+        log = _append_traceback(log_file(config))
+        if args.debug:
+            traceback.print_exc()
+        sys.stdout.flush()
+        print(f"fastrl.train: error: {one_line(err)}", file=sys.stderr)
+        where = f"the full log with the traceback: {log}" if log is not None else "no log file could be written"
+        hint = "" if args.debug else "; --debug prints the traceback here"
+        print(f"fastrl.train: {where}{hint}", file=sys.stderr)
+        return 1
+
+
+def _append_traceback(path: Path) -> Path | None:
+    """Append the exception being handled, with its traceback, to the log file ``path``; returns
+    ``path``, or None when it cannot be written."""
+    import logging
+
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as f:
+            f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} fastrl.train: error after start-up:\n")
+            traceback.print_exc(file=f)
+    except OSError:
+        return None
+    return path
 
 
 if __name__ == "__main__":

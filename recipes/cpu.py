@@ -41,7 +41,7 @@ def _tiny_base(name: str) -> RunConfig:
             max_prompt_length=96,
         ),
         algorithm=AlgorithmConfig(
-            name="grpo", clip_low=0.2, clip_high=0.3, use_kl_loss=True, kl_coef=0.01,
+            clip_low=0.2, clip_high=0.3, use_kl_loss=True, kl_coef=0.01,
             kl_estimator="low_var_kl",
         ),
         pruning=PruningConfig(method="none"),
@@ -67,7 +67,7 @@ def _dapo(config: RunConfig) -> RunConfig:
     return replace(
         config,
         algorithm=replace(
-            config.algorithm, name="dapo", clip_high=0.28, use_kl_loss=False, kl_coef=0.0,
+            config.algorithm, clip_high=0.28, use_kl_loss=False, kl_coef=0.0,
             dynamic_sampling=True, overlong_shaping=True, overlong_cache_length=8, loss_agg="token_mean",
         ),
     )
@@ -77,7 +77,7 @@ def _gspo(config: RunConfig) -> RunConfig:
     return replace(
         config,
         algorithm=replace(
-            config.algorithm, name="gspo", loss_type="gspo", loss_agg="seq_mean_token_mean",
+            config.algorithm, loss_type="gspo", loss_agg="seq_mean_token_mean",
             use_kl_loss=False, kl_coef=0.0,
         ),
     )

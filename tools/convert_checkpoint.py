@@ -19,11 +19,16 @@ names the file), 2 bad arguments. Layout of the directories: docs/conversion.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fastrl.config import ParallelConfig
 
 PROG = "convert_checkpoint"
 
@@ -44,7 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     imp = sub.add_parser("import", help="Hugging Face directory -> megatron distributed checkpoint")
-    imp.add_argument("--hf", required=True, type=Path, help="Hugging Face model directory (config + safetensors)")
+    imp.add_argument("--hf", required=True,
+                     help="Hugging Face model directory (config + safetensors) or hub id (Qwen/Qwen2.5-VL-7B-Instruct: "
+                          "its snapshot in the Hugging Face cache; HF_HOME / HF_HUB_OFFLINE are respected)")
     imp.add_argument("--out", required=True, type=Path, help="checkpoint directory to create")
     imp.add_argument("--tp", type=int, default=1, help="tensor-parallel size written (default 1)")
     imp.add_argument("--pp", type=int, default=1, help="pipeline-parallel size written (default 1)")
@@ -67,34 +74,37 @@ def build_parser() -> argparse.ArgumentParser:
     return parser  # fmt: skip
 
 
-def init_distributed(tp: int, pp: int):
+@contextlib.contextmanager
+def conversion_session(tp: int, pp: int) -> Iterator[ParallelConfig]:
+    """The TP x PP model-parallel group of a conversion (exactly TP x PP processes, no DP) for the
+    ``with`` block; yields its parallel configuration."""
     import os
 
     import torch
 
     from fastrl.config import ConfigError, ParallelConfig
-    from fastrl.distributed import parallel_state
-    from fastrl.distributed.launch import export_torch_env, launch_info_from_env
+    from fastrl.distributed import world
+    from fastrl.distributed.session import distributed_session
 
-    info = launch_info_from_env()
-    if info.world_size != tp * pp:
+    started = world.launched_world_size()
+    if started != tp * pp:
         raise ConfigError(
-            f"{info.world_size} processes were started but --tp {tp} x --pp {pp} = {tp * pp}; start exactly "
+            f"{started} processes were started but --tp {tp} x --pp {pp} = {tp * pp}; start exactly "
             f"TP x PP processes (e.g. torchrun --nproc-per-node {tp * pp})"
         )
-    export_torch_env(info)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", torch.get_num_threads())))
     parallel = ParallelConfig(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
-    parallel_state.initialize(parallel, seed=1234)
-    return parallel
+    with distributed_session(parallel, seed=1234):
+        yield parallel
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from fastrl.checkpoint.manager import CheckpointError
-    from fastrl.config import ConfigError
-    from fastrl.distributed.launch import LaunchError
     from fastrl.checkpoint.resolve import read_train_state
+    from fastrl.config import ConfigError
+    from fastrl.distributed import world
+    from fastrl.distributed.launch import LaunchError
     from fastrl.models import conversion
 
     if args.tp < 1 or args.pp < 1:
@@ -106,41 +116,28 @@ def main(argv: list[str] | None = None) -> int:
             if checkpoint.kind == "trainer" and args.hf is None:
                 read_train_state(checkpoint.path)
         else:
+            from fastrl.models.hub import resolve_model_dir
+
+            args.hf = resolve_model_dir(args.hf)  # a hub id -> its cached snapshot (ModelNotAvailableError: one line)
             conversion.read_hf_config(args.hf)
             conversion.hf_weight_names(args.hf)
         if args.out.exists():
             raise conversion.ConversionError(f"output {args.out} already exists; remove it or choose another path")
-        parallel = init_distributed(args.tp, args.pp)
-        if args.command == "import":
-            out = conversion.import_hf(args.hf, args.out, parallel=parallel, dtype=args.dtype)
-        else:
-            out = conversion.export_hf(
-                args.ckpt, args.out, parallel=parallel, step=args.step, hf=args.hf, dtype=args.dtype,
-                max_shard_bytes=args.max_shard_size, progress=not args.no_progress,
-            )  # fmt: skip
-        rank = _global_rank()
+        with conversion_session(args.tp, args.pp) as parallel:
+            if args.command == "import":
+                out = conversion.import_hf(args.hf, args.out, parallel=parallel, dtype=args.dtype)
+            else:
+                out = conversion.export_hf(
+                    args.ckpt, args.out, parallel=parallel, step=args.step, hf=args.hf, dtype=args.dtype,
+                    max_shard_bytes=args.max_shard_size, progress=not args.no_progress,
+                )  # fmt: skip
+            rank = world.rank()
     except (CheckpointError, ConfigError, LaunchError, FileNotFoundError, ValueError) as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return 1
-    finally:
-        import torch.distributed as dist
-
-        if dist.is_initialized():
-            from fastrl.distributed import parallel_state
-
-            parallel_state.destroy()
-    from fastrl.distributed.launch import finalize_mpi
-
-    finalize_mpi()  # clean exit only (under srun --mpi=pmix / mpirun)
     if rank == 0:
         print(f"{PROG}: wrote {out}")
     return 0
-
-
-def _global_rank() -> int:
-    import torch.distributed as dist
-
-    return dist.get_rank() if dist.is_initialized() else 0
 
 
 if __name__ == "__main__":

@@ -157,12 +157,11 @@ def hf_tensor_reader(hf_dir: Path):
 
 def compare(policy, hf_dir: Path, inputs: dict[str, torch.Tensor]) -> Report | None:
     """Compare the megatron ``policy`` with ``hf_dir`` (collective; returns the report on rank 0)."""
-    import torch.distributed as dist
-
+    from fastrl.distributed import world
     from fastrl.models.conversion import hf_weights, read_hf_config
     from fastrl.models.logprobs import megatron_logits
 
-    rank0 = not dist.is_initialized() or dist.get_rank() == 0
+    rank0 = world.rank() == 0
     config = read_hf_config(hf_dir)
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else "cpu"
     mlogits = megatron_logits(policy, policy_batch(inputs, device)).cpu()
@@ -204,29 +203,20 @@ def main(argv: list[str] | None = None) -> int:
 
     from fastrl.checkpoint.manager import CheckpointError
     from fastrl.config import ConfigError
-    from fastrl.distributed import parallel_state
     from fastrl.distributed.launch import LaunchError
     from fastrl.models import conversion
-    from tools.convert_checkpoint import init_distributed
+    from tools.convert_checkpoint import conversion_session
 
     try:
         checkpoint = conversion.resolve_checkpoint(args.ckpt, args.step)
         conversion.read_hf_config(args.hf)
-        parallel = init_distributed(args.tp, args.pp)
-        policy = conversion.load_policy(checkpoint, args.hf, parallel=parallel, dtype=torch.float32)
-        inputs = sample_inputs(args.hf, prompt=args.prompt, image=args.image)
-        report = compare(policy, args.hf, inputs)
+        with conversion_session(args.tp, args.pp) as parallel:
+            policy = conversion.load_policy(checkpoint, args.hf, parallel=parallel, dtype=torch.float32)
+            inputs = sample_inputs(args.hf, prompt=args.prompt, image=args.image)
+            report = compare(policy, args.hf, inputs)
     except (CheckpointError, ConfigError, LaunchError, FileNotFoundError, ValueError) as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return 1
-    finally:
-        import torch.distributed as dist
-
-        if dist.is_initialized():
-            parallel_state.destroy()
-    from fastrl.distributed.launch import finalize_mpi
-
-    finalize_mpi()  # clean exit only (under srun --mpi=pmix / mpirun)
     if report is None:
         return 0
     print(f"{PROG}: {checkpoint.path} (step {checkpoint.step}) vs {args.hf}")

@@ -15,6 +15,7 @@ from fastrl.algorithms.advantages import (
 from fastrl.algorithms.filters import dynamic_sampling_keep, overlong_penalty
 from fastrl.algorithms.importance_sampling import truncated_importance_weights
 from fastrl.algorithms.kl import k1, k2, kl_estimate, low_var_kl
+from fastrl.algorithms.kl_penalty import KLPenalty, kl_penalized_rewards
 from fastrl.algorithms.losses import aggregate_loss, gspo_loss, kl_loss, loss_denominator, ppo_clip_loss
 from fastrl.algorithms.minhash import ResponseSketch, estimate_jaccard, minhash_sketch
 from fastrl.algorithms.baseline_pruners import advantage_only_select, cppo_select, random_select
@@ -22,6 +23,7 @@ from fastrl.algorithms.pruning import PruneResult, jaccard, mdap_select, refill_
 
 __all__ = [
     "AdaptiveRolloutSampler",
+    "KLPenalty",
     "PruneResult",
     "ResponseSketch",
     "advantage_only_select",
@@ -36,6 +38,7 @@ __all__ = [
     "k2",
     "kl_estimate",
     "kl_loss",
+    "kl_penalized_rewards",
     "loss_denominator",
     "low_var_kl",
     "mdap_select",

@@ -7,6 +7,13 @@ names in :mod:`fastrl.checkpoint.layout`) holds the actor and, unless
 written with, the layout and the Adam step count; and each rank's RNG states. Per-step sampling
 and pruning seeds derive from the step number, so a resumed run draws the same rollouts as an
 uninterrupted one.
+
+Resuming compares the checkpoint's config with this run's and logs every changed key
+(:mod:`fastrl.checkpoint.config_diff` classifies them): harmless and layout changes are accepted,
+optimizer / schedule / run-length changes are applied (the LR scheduler keeps only the
+checkpoint's step count; the Adam hyper-parameters of the restored param groups are reset from the
+config), and any other change, or training data whose content digest differs, is refused with a
+:class:`CheckpointError` unless ``checkpoint.allow_changed`` names it.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
 import torch
 
+from fastrl.checkpoint import config_diff
 from fastrl.checkpoint.actor_state import load_actor, rng_state, save_actor, set_rng_state
 from fastrl.checkpoint.layout import ACTOR_DIR, RNG_DIR, TRAIN_STATE, rng_file_name, step_dir_name
 from fastrl.checkpoint.manager import CheckpointError, CheckpointManager
@@ -32,12 +40,10 @@ from fastrl.config import RunConfig
 from fastrl.distributed import world
 
 if TYPE_CHECKING:  # pragma: no cover
+    from fastrl.config import OptimizerConfig
     from fastrl.distributed.parallel_state import ParallelContext
 
 logger = logging.getLogger("fastrl.checkpoint")
-
-# Sections of the config that must match to resume (the model).
-_STRUCTURAL = ("model",)
 
 
 class CheckpointIO:
@@ -62,6 +68,8 @@ class CheckpointIO:
         self.last_saved_step: int | None = None
         #: After a resume: " (resharded from TP=.. PP=.. DP=.. to ...)" when the layout changed, else "".
         self.reshard_note = ""
+        #: After a resume: the config keys that changed since the checkpoint (all accepted).
+        self.config_changes: list[config_diff.ConfigChange] = []
 
     # ---- save -----------------------------------------------------------------------------
 
@@ -115,6 +123,13 @@ class CheckpointIO:
         """Load the checkpoint named by ``checkpoint.resume`` into ``state`` and ``actor``;
         returns its path, or None when there is nothing to resume."""
         spec = self.cfg.checkpoint.resume
+        allow = self.cfg.checkpoint.allow_changed
+        unknown = config_diff.unknown_patterns(allow, config_diff.flatten(self.cfg.to_dict()))
+        if unknown:
+            raise CheckpointError(
+                f"checkpoint.allow_changed names {unknown}, which are neither config keys nor sections "
+                f"(use dotted keys such as data.train_path, sections such as data, or {config_diff.DATA_FINGERPRINT})"
+            )
         if spec == "none":
             return None
         if spec == "auto":
@@ -132,19 +147,15 @@ class CheckpointIO:
         """Restore actor, optimizer, train state and this rank's RNG from ``path``.
 
         Raises:
-            CheckpointError: incomplete checkpoint, one written for another model, or a
+            CheckpointError: incomplete checkpoint; a refused config change since the checkpoint
+                (:mod:`fastrl.checkpoint.config_diff`: the model, data or its content digest, the
+                algorithm, ... unless ``checkpoint.allow_changed`` names them); or a
                 ``dp_reshardable`` optimizer state at another TP/PP layout.
         """
         ctx = self.ctx
         CheckpointManager.verify(path)
         saved = torch.load(path / TRAIN_STATE, weights_only=False)
-        saved_cfg, here_cfg = saved["config"], self.cfg.to_dict()
-        for key in _STRUCTURAL:
-            if saved_cfg.get(key) != here_cfg.get(key):
-                raise CheckpointError(
-                    f"checkpoint {path} was written for a different {key} section "
-                    f"({saved_cfg.get(key)} vs {here_cfg.get(key)}); it cannot be loaded into this run"
-                )
+        changes = self._compare_configs(path, saved, state)
         with_opt = self.cfg.checkpoint.save_optimizer
         optimizer_format = saved.get("optimizer_format", "dp_reshardable")
         saved_layout = saved.get("parallel")
@@ -166,7 +177,13 @@ class CheckpointIO:
             with torch.no_grad(), torch_adam_step_tolerated(optimizer):
                 optimizer.load_state_dict(loaded["optimizer"])
             restore_adam_steps(optimizer, saved["adam_step"])
-        state.load_state_dict(saved)
+        state.load_state_dict(self._adapt_sampler_state(saved, state, changes))
+        if optimizer is not None:
+            reapply_optimizer_settings(optimizer, self.cfg.optimizer)
+        state.scheduler.step(increment=0)  # the LR / weight decay of the new config at the saved step
+        if any(c.kind == config_diff.SCHEDULE for c in changes) and ctx.is_logging_rank:
+            self._log_schedule(state, saved)
+        self.config_changes = changes
         rng_file = path / RNG_DIR / rng_file_name(ctx.rank)
         if rng_file.exists() and saved.get("world_size") == ctx.world_size:
             set_rng_state(torch.load(rng_file, weights_only=False))
@@ -174,3 +191,95 @@ class CheckpointIO:
             f" (resharded from TP={saved_layout['tp']} PP={saved_layout['pp']} DP={saved_layout['dp']} "
             f"to TP={here['tp']} PP={here['pp']} DP={here['dp']})"
         )
+
+    # ---- resume rules ---------------------------------------------------------------------
+
+    def _compare_configs(self, path: Path, saved: dict[str, Any], state: TrainState) -> list[config_diff.ConfigChange]:
+        """Log every config key changed since the checkpoint; raise on a refused change."""
+        old_cfg, new_cfg = dict(saved["config"]), self.cfg.to_dict()
+        if saved.get("data_fingerprint") is not None:
+            old_cfg["data"] = {**old_cfg.get("data", {}), "fingerprint": saved["data_fingerprint"]}
+        if state.data_fingerprint is not None:
+            new_cfg["data"] = {**new_cfg["data"], "fingerprint": state.data_fingerprint}
+        changes = config_diff.diff_configs(old_cfg, new_cfg, allow_changed=self.cfg.checkpoint.allow_changed)
+        if self.ctx.is_logging_rank:
+            if changes:
+                logger.info("config changed since checkpoint %s: %d key(s)", path, len(changes))
+            for change in changes:
+                (logger.info if change.accepted else logger.error)("config change: %s", change.describe())
+            if saved.get("data_fingerprint") is None and state.data_fingerprint is not None:
+                logger.warning(
+                    "checkpoint %s stores no training-data fingerprint (written by an older FastRL): "
+                    "cannot check that the training data is the same", path,
+                )
+        bad = config_diff.refused(changes)
+        if bad and self.cfg.trainer.val_only:
+            if self.ctx.is_logging_rank:
+                logger.warning(
+                    "trainer.val_only: nothing is trained or saved, so the changed %s are accepted for this validation",
+                    ", ".join(c.key for c in bad),
+                )
+            bad = []
+        if bad:
+            raise CheckpointError(config_diff.refusal_message(path, bad))
+        return changes
+
+    def _adapt_sampler_state(self, saved: dict[str, Any], state: TrainState, changes: list[config_diff.ConfigChange]) -> dict[str, Any]:
+        """With an accepted ``data.*`` change (``checkpoint.allow_changed``) the prompt sampler may
+        now cover another number of prompts or another seed: continue the saved epoch at the same
+        fraction of it, in the new order (prompts of this epoch may repeat or be skipped)."""
+        sampler, old = state.sampler, saved.get("sampler")
+        if not (isinstance(old, dict) and any(c.allowed and c.key.startswith("data.") for c in changes)):
+            return saved
+        keys = ("num_items", "seed", "shuffle")
+        if not all(hasattr(sampler, k) for k in keys) or all(old.get(k) == getattr(sampler, k) for k in keys):
+            return saved
+        new = dict(old, **{k: getattr(sampler, k) for k in keys})
+        new["position"] = int(old.get("position", 0)) * sampler.num_items // max(int(old.get("num_items", 1)), 1)
+        if self.ctx.is_logging_rank:
+            logger.warning(
+                "training data changed (allowed by checkpoint.allow_changed): the prompt sampler continues epoch %d "
+                "at prompt %d of %d (was %d of %d, seed %s -> %s); prompts of this epoch may repeat or be skipped",
+                new.get("epoch", 0), new["position"], sampler.num_items, old.get("position", 0), old.get("num_items"),
+                old.get("seed"), sampler.seed,
+            )
+        return {**saved, "sampler": new}
+
+    def _log_schedule(self, state: TrainState, saved: dict[str, Any]) -> None:
+        sched = state.scheduler
+        if saved.get("total_steps") is not None and saved["total_steps"] != state.total_steps:
+            logger.info("run length: %d -> %d training steps", saved["total_steps"], state.total_steps)
+        old = saved.get("scheduler", {})
+        logger.info(
+            "LR schedule applied from the new config at optimizer step %d: peak lr %g (was %g), min lr %g (was %g), "
+            "warm-up %d (was %d), %s decay over %d optimizer steps (was %s over %d); lr now %g",
+            sched.num_steps, sched.max_lr, old.get("max_lr", float("nan")), sched.min_lr, old.get("min_lr", float("nan")),
+            sched.lr_warmup_steps, old.get("lr_warmup_steps", -1), sched.lr_decay_style, sched.lr_decay_steps,
+            old.get("lr_decay_style"), old.get("lr_decay_steps", -1), current_lr(sched),
+        )
+
+
+def current_lr(scheduler: Any) -> float:
+    """The learning rate the scheduler set on the first param group."""
+    groups = scheduler.optimizer.param_groups
+    return float(groups[0]["lr"]) if groups else float("nan")
+
+
+def reapply_optimizer_settings(optimizer: Any, o: "OptimizerConfig") -> None:
+    """Set this run's Adam hyper-parameters on the param groups a checkpoint restored.
+
+    megatron's optimizer ``load_state_dict`` restores every param group as saved, including
+    ``max_lr`` / ``min_lr`` (read by the LR scheduler), ``betas``, ``eps`` and ``weight_decay``;
+    without this, a changed ``optimizer.*`` value would silently keep the checkpoint's. A no-op
+    when the config is unchanged (the same values are written back). Call the scheduler's
+    ``step(increment=0)`` afterwards to set the LR and weight decay from them.
+    """
+    for group in optimizer.param_groups:
+        if "max_lr" in group:
+            group["max_lr"] = o.lr
+        if "min_lr" in group:
+            group["min_lr"] = o.min_lr
+        if "betas" in group:
+            group["betas"] = (o.adam_beta1, o.adam_beta2)
+        if "eps" in group:
+            group["eps"] = o.adam_eps

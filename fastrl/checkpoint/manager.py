@@ -160,7 +160,8 @@ class CheckpointManager:
         if not marker_path.exists():
             raise CheckpointError(
                 f"checkpoint {path} has no {COMPLETE_MARKER} marker: it was never completely written "
-                f"(a save interrupted by a kill or preemption); it is ignored"
+                f"(a save interrupted by a kill or preemption) and cannot be loaded; checkpoint.resume=auto "
+                f"skips incomplete checkpoints and resumes from the newest complete one"
             )
         try:
             marker = json.loads(marker_path.read_text())

@@ -5,8 +5,9 @@ tasks by slurm/train.sbatch), a preemption (``SIGTERM``, then ``SIGKILL`` after 
 manual ``scancel --signal=USR1``. A Python signal handler runs between bytecodes of the main thread,
 so doing real work there (collectives, checkpoint writes) would interleave with whatever the step
 was doing. :class:`StopRequest` therefore only sets a flag; the trainer polls
-:attr:`StopRequest.requested` between steps, finishes (or aborts) the step in flight, saves a
-complete checkpoint and exits 0.
+:attr:`StopRequest.requested` before every step and before every chunk of a validation, finishes
+the step in flight (abandons a validation in flight), saves a complete checkpoint (unless no step
+was trained since the last one) and exits 0 (docs/slurm.md, contract item 3).
 
 All ranks must agree on stopping at the same step (a rank that leaves early would hang the others
 in a collective): the trainer reduces :meth:`StopRequest.as_int` with a MAX all-reduce over the

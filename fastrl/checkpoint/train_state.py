@@ -31,6 +31,10 @@ class TrainState:
         train_seconds: wall time spent in training steps (validation and start-up excluded), s.
         epochs_completed: data epochs the prompt sampler completed during the last step (drives
             ``adaptive_sampling.period='epoch'``; not saved: a step boundary recomputes it).
+        data_fingerprint: digest of the training records this run reads
+            (:func:`fastrl.checkpoint.config_diff.records_fingerprint`); saved, and compared at
+            resume so that another data file is detected. Like ``total_steps``, the run's own value
+            is kept on load.
     """
 
     sampler: Stateful
@@ -42,6 +46,7 @@ class TrainState:
     best_step: int | None = None
     train_seconds: float = 0.0
     epochs_completed: int = 0
+    data_fingerprint: str | None = None
 
     def state_dict(self) -> dict[str, Any]:
         """The saved part, as stored in ``train_state.pt`` (plus what the checkpoint writer adds)."""
@@ -54,10 +59,11 @@ class TrainState:
             "best_step": self.best_step,
             "train_seconds": self.train_seconds,
             "total_steps": self.total_steps,
+            "data_fingerprint": self.data_fingerprint,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore from :meth:`state_dict` (``total_steps`` stays the run's own)."""
+        """Restore from :meth:`state_dict` (``total_steps`` and ``data_fingerprint`` stay the run's own)."""
         self.step = int(state["step"])
         self.sampler.load_state_dict(state["sampler"])
         self.ars.load_state_dict(state["ars"])

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from fastrl.config.fields import _check, doc
+from fastrl.config.fields import _check, _check_finite, _check_seed, doc
 
 __all__ = ["AdaptiveSamplingConfig", "AlgorithmConfig", "PruningConfig", "RolloutConfig"]
 
@@ -19,13 +19,13 @@ class RolloutConfig:
     engine: Literal["hf", "vllm"] = doc(
         "hf",
         "Rollout engine: 'hf' is the in-process Hugging Face engine (CPU, tests); 'vllm' the "
-        "colocated vLLM engine for GPU clusters (requirements/gpu.txt).",
+        "colocated vLLM engine for GPU clusters (requirements/gpu-engine.txt).",
     )
     n: int = doc(8, "Responses per prompt (group size); the adaptive sampler's n_max.")
     prompts_per_step: int = doc(32, "Prompts per training step (global, over all DP ranks).")
     temperature: float = doc(1.0, "Sampling temperature of training rollouts.")
     top_p: float = doc(1.0, "Nucleus sampling threshold of training rollouts.")
-    top_k: int = doc(-1, "Top-k sampling of training rollouts (-1: off).")
+    top_k: int = doc(-1, "Top-k sampling of training rollouts (-1 or 0: off).")
     max_prompt_length: int = doc(512, "Longest prompt in tokens (image tokens included); longer prompts are filtered at load.")
     max_response_length: int = doc(64, "Most tokens generated per response.")
     val_temperature: float = doc(0.0, "Validation decoding temperature (0: greedy).")
@@ -48,19 +48,33 @@ class RolloutConfig:
     seed: int = doc(0, "Seed of rollout sampling.")
 
     def __post_init__(self) -> None:
+        _check_finite(self, "rollout")
         _check(self.n >= 1, f"rollout.n must be >= 1, got {self.n}")
         _check(self.prompts_per_step >= 1, f"rollout.prompts_per_step must be >= 1, got {self.prompts_per_step}")
         _check(self.temperature >= 0, f"rollout.temperature must be >= 0, got {self.temperature}")
         _check(0 < self.top_p <= 1, f"rollout.top_p must be in (0, 1], got {self.top_p}")
-        _check(self.max_response_length >= 1, "rollout.max_response_length must be >= 1")
-        _check(0 < self.gpu_memory_utilization <= 1, "rollout.gpu_memory_utilization must be in (0, 1]")
+        _check(self.top_k >= -1, f"rollout.top_k must be >= 1, or -1 / 0 for off, got {self.top_k}")
+        _check(self.max_prompt_length >= 1, f"rollout.max_prompt_length must be >= 1, got {self.max_prompt_length}")
+        _check(
+            self.max_response_length >= 1, f"rollout.max_response_length must be >= 1, got {self.max_response_length}"
+        )
+        _check(self.val_temperature >= 0, f"rollout.val_temperature must be >= 0, got {self.val_temperature}")
+        _check(self.val_n >= 1, f"rollout.val_n must be >= 1, got {self.val_n}")
+        _check(
+            self.engine_tensor_parallel_size >= 1,
+            f"rollout.engine_tensor_parallel_size must be >= 1, got {self.engine_tensor_parallel_size}",
+        )
+        _check(
+            0 < self.gpu_memory_utilization <= 1,
+            f"rollout.gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}",
+        )
+        _check_seed(self.seed, "rollout.seed")
 
 
 @dataclass(kw_only=True, frozen=True)
 class AlgorithmConfig:
     """Advantage estimator, policy loss and KL (spec section 4)."""
 
-    name: Literal["grpo", "dapo", "gspo"] = doc("grpo", "Base algorithm (for logs and defaults of recipes).")
     advantage_estimator: Literal["grpo", "drgrpo", "rloo"] = doc(
         "grpo", "grpo: (r - mean) / (std + eps) per group; drgrpo: r - mean; rloo: leave-one-out baseline."
     )
@@ -80,10 +94,12 @@ class AlgorithmConfig:
     use_kl_loss: bool = doc(True, "KL to the reference policy as a loss term.")
     kl_in_reward: bool = doc(
         False,
-        "Fold KL into the reward instead (then old/reference log-probs must be computed before "
-        "pruning, on the full batch).",
+        "Fold KL into the reward instead (EasyR1/verl apply_kl_penalty): each reward minus kl_coef x "
+        "the sum over its response of the per-token kl_estimator KL between the old and the "
+        "reference policy, before the advantages; old/reference log-probs are then computed on the "
+        "full batch before pruning. Logged as kl_penalty/*.",
     )
-    kl_coef: float = doc(0.01, "KL coefficient.")
+    kl_coef: float = doc(0.01, "KL coefficient (beta) of the KL loss or of the reward penalty.")
     kl_estimator: Literal["k1", "k2", "low_var_kl"] = doc("low_var_kl", "KL estimator (k3 = low_var_kl).")
     dynamic_sampling: bool = doc(
         False, "DAPO: drop groups whose accuracy is all 0 or all 1 and sample more prompts."
@@ -107,12 +123,18 @@ class AlgorithmConfig:
         return self.advantage_estimator in ("grpo", "drgrpo", "rloo")
 
     def __post_init__(self) -> None:
+        _check_finite(self, "algorithm")
+        _check(self.adv_eps >= 0, f"algorithm.adv_eps must be >= 0, got {self.adv_eps}")
         _check(0 <= self.clip_low < 1, f"algorithm.clip_low must be in [0, 1), got {self.clip_low}")
         _check(self.clip_high >= 0, f"algorithm.clip_high must be >= 0, got {self.clip_high}")
         _check(
             self.dual_clip_c is None or self.dual_clip_c > 1,
             f"algorithm.dual_clip_c must be > 1 or None, got {self.dual_clip_c}",
         )
+        _check(
+            0 <= self.gspo_clip_low < 1, f"algorithm.gspo_clip_low must be in [0, 1), got {self.gspo_clip_low}"
+        )
+        _check(self.gspo_clip_high >= 0, f"algorithm.gspo_clip_high must be >= 0, got {self.gspo_clip_high}")
         _check(
             not (self.use_kl_loss and self.kl_in_reward),
             "algorithm.use_kl_loss and algorithm.kl_in_reward are both true; choose one place for KL",
@@ -123,9 +145,16 @@ class AlgorithmConfig:
             f"algorithm.loss_type={self.loss_type!r} aggregates per sequence; "
             f"set algorithm.loss_agg=seq_mean_token_mean (got {self.loss_agg!r})",
         )
-        _check(self.max_dynamic_sampling_rounds >= 0, "algorithm.max_dynamic_sampling_rounds must be >= 0")
-        _check(self.ppo_epochs >= 1, "algorithm.ppo_epochs must be >= 1")
-        _check(self.tis_cap is None or self.tis_cap >= 1, "algorithm.tis_cap must be >= 1 or None")
+        _check(
+            self.max_dynamic_sampling_rounds >= 0,
+            f"algorithm.max_dynamic_sampling_rounds must be >= 0, got {self.max_dynamic_sampling_rounds}",
+        )
+        _check(
+            self.overlong_cache_length >= 1,
+            f"algorithm.overlong_cache_length must be >= 1, got {self.overlong_cache_length}",
+        )
+        _check(self.ppo_epochs >= 1, f"algorithm.ppo_epochs must be >= 1, got {self.ppo_epochs}")
+        _check(self.tis_cap is None or self.tis_cap >= 1, f"algorithm.tis_cap must be >= 1 or None, got {self.tis_cap}")
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -170,13 +199,19 @@ class PruningConfig:
     )
 
     def __post_init__(self) -> None:
-        _check(0 <= self.similarity_threshold <= 1, "pruning.similarity_threshold must be in [0, 1]")
+        _check_finite(self, "pruning")
+        _check(
+            0 <= self.similarity_threshold <= 1,
+            f"pruning.similarity_threshold must be in [0, 1], got {self.similarity_threshold}",
+        )
+        _check(self.adv_tolerance >= 0, f"pruning.adv_tolerance must be >= 0, got {self.adv_tolerance}")
         _check(self.ngram >= 1, f"pruning.ngram must be >= 1, got {self.ngram}")
         _check(0 < self.keep_ratio <= 1, f"pruning.keep_ratio must be in (0, 1], got {self.keep_ratio}")
         _check(
             16 <= self.minhash_num_perm <= 4096 and self.minhash_num_perm & (self.minhash_num_perm - 1) == 0,
             f"pruning.minhash_num_perm must be a power of two in [16, 4096], got {self.minhash_num_perm}",
         )
+        _check_seed(self.seed, "pruning.seed")
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -192,4 +227,4 @@ class AdaptiveSamplingConfig:
 
     def __post_init__(self) -> None:
         _check(self.n_min >= 2, f"adaptive_sampling.n_min must be >= 2, got {self.n_min}")
-        _check(self.period_steps >= 1, "adaptive_sampling.period_steps must be >= 1")
+        _check(self.period_steps >= 1, f"adaptive_sampling.period_steps must be >= 1, got {self.period_steps}")

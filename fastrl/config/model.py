@@ -7,9 +7,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from fastrl.config.fields import ConfigError, _check, doc, transformer_engine_available
+from fastrl.config.fields import ConfigError, _check, _check_seed, doc, transformer_engine_available
 
 __all__ = ["ModelConfig", "ParallelConfig", "PrecisionConfig"]
+
+_TINY_SIZES = (
+    "tiny_hidden_size", "tiny_num_layers", "tiny_num_attention_heads", "tiny_num_key_value_heads",
+    "tiny_intermediate_size", "tiny_vision_depth", "tiny_vision_hidden_size",
+)
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -47,6 +52,9 @@ class ModelConfig:
             self.source != "hf" or bool(self.hf_path),
             "model.source='hf' needs model.hf_path (a Hugging Face checkpoint or config directory)",
         )
+        for name in _TINY_SIZES:
+            _check(getattr(self, name) >= 1, f"model.{name} must be >= 1, got {getattr(self, name)}")
+        _check_seed(self.seed, "model.seed")
         _check(
             self.source != "tiny" or self.architecture == "qwen2_5_vl",
             f"model.source='tiny' builds a Qwen2.5-VL-architecture model, "
@@ -62,6 +70,17 @@ class ModelConfig:
             f"model.tiny_num_attention_heads ({self.tiny_num_attention_heads}) must be divisible by "
             f"model.tiny_num_key_value_heads ({self.tiny_num_key_value_heads})",
         )
+        if self.source == "tiny":  # the rules of fastrl.models.tiny.tiny_qwen25vl_config
+            head_dim = self.tiny_hidden_size // self.tiny_num_attention_heads
+            _check(
+                head_dim % 8 == 0,
+                f"model.tiny_hidden_size / model.tiny_num_attention_heads = {head_dim} must be a multiple "
+                f"of 8 (the tiny model's multimodal RoPE sections)",
+            )
+            _check(
+                self.tiny_vision_hidden_size % 32 == 0,
+                f"model.tiny_vision_hidden_size ({self.tiny_vision_hidden_size}) must be a multiple of 32",
+            )
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -82,6 +101,12 @@ class ParallelConfig:
     )
     backend: Literal["auto", "nccl", "gloo"] = doc(
         "auto", "torch.distributed backend; 'auto' is NCCL with GPUs and gloo on CPU."
+    )
+    gpu_memory_gib: float | None = doc(
+        None,
+        "Memory of one GPU (GiB) the memory plan is checked against (fastrl/models/memory_plan.py): "
+        "with --dry-run and parallel.world_size set, and at start-up on GPUs, where the device's own "
+        "memory is used when it is smaller or this is none. None on --dry-run: 79.6 (H100 80GB).",
     )
 
     @property
@@ -112,10 +137,18 @@ class ParallelConfig:
         for name in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "micro_batch_size"):
             _check(getattr(self, name) >= 1, f"parallel.{name} must be >= 1, got {getattr(self, name)}")
         if self.world_size is not None:
+            _check(
+                self.world_size >= 1,
+                f"parallel.world_size must be >= 1 (or none: the launcher's), got {self.world_size}",
+            )
             self.dp_size()
         _check(
             not self.sequence_parallel or self.tensor_model_parallel_size > 1,
             "parallel.sequence_parallel=true needs tensor_model_parallel_size > 1",
+        )
+        _check(
+            self.gpu_memory_gib is None or 0 < self.gpu_memory_gib < float("inf"),
+            f"parallel.gpu_memory_gib must be a positive number of GiB (or none), got {self.gpu_memory_gib}",
         )
 
 
@@ -147,6 +180,8 @@ class PrecisionConfig:
         return "float32" if self.mode == "fp32" else "bfloat16"
 
     def __post_init__(self) -> None:
+        _check(self.fp8_amax_history_len >= 1, f"precision.fp8_amax_history_len must be >= 1, got {self.fp8_amax_history_len}")
+        _check(self.fp8_margin >= 0, f"precision.fp8_margin must be >= 0, got {self.fp8_margin}")
         if self.mode != "fp8":
             return
         _check(

@@ -2,7 +2,8 @@
 
 Used by :meth:`fastrl.config.RunConfig.from_dict` (configs stored in checkpoints) and by the
 command line (:mod:`fastrl.cli`, dotted ``key.path=value`` overrides). Supported annotations:
-``int``, ``float``, ``bool``, ``str``, ``Literal[...]``, ``X | None`` and nested config dataclasses.
+``int``, ``float``, ``bool``, ``str``, ``Literal[...]``, ``X | None``, ``tuple[X, ...]`` (``[a,b]`` on
+the command line) and nested config dataclasses.
 Strings are parsed (``"none"`` / ``"null"`` / ``"~"`` -> None, ``"true"`` / ``"off"`` ... ->
 bool, ``"1_000"`` -> 1000); an unknown key is an error that names the closest known key.
 """
@@ -47,6 +48,18 @@ def _coerce(value: Any, annotation: Any, key: str) -> Any:
             except ConfigError as err:
                 errors.append(str(err))
         raise ConfigError(errors[0] if errors else f"{key}: cannot parse {value!r}")
+    if origin is tuple:  # tuple[X, ...]: "[a,b]", "a,b", "[]" on the command line; a list or tuple in JSON
+        item_type = typing.get_args(annotation)[0]
+        if isinstance(value, str):
+            text = value.strip()
+            if text[:1] + text[-1:] in ("[]", "()"):
+                text = text[1:-1]
+            items: list[Any] = [part.strip().strip("'\"") for part in text.split(",") if part.strip()]
+        elif isinstance(value, (list, tuple)):
+            items = list(value)
+        else:
+            raise ConfigError(f"{key}={value!r} is not a list (use [a,b])")
+        return tuple(_coerce(item, item_type, f"{key}[{i}]") for i, item in enumerate(items))
     if origin is Literal:
         choices = typing.get_args(annotation)
         if value in choices:

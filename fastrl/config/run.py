@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from fastrl.config.algorithm import AdaptiveSamplingConfig, AlgorithmConfig, PruningConfig, RolloutConfig
@@ -49,6 +50,7 @@ class RunConfig:
     stage: StageConfig = section(StageConfig, "Slurm stage.")
 
     def __post_init__(self) -> None:
+        _check_no_empty_strings(self)
         n, alg = self.rollout.n, self.algorithm
         _check(
             not alg.group_relative or n >= 2,
@@ -69,19 +71,36 @@ class RunConfig:
             f"rollout.prompts_per_step ({self.rollout.prompts_per_step}) must be divisible by "
             f"trainer.mini_batch_prompts ({mb})",
         )
+        # The launcher's world size is checked again at start-up (Trainer); without
+        # parallel.world_size the smallest one (TP x PP processes, dp_size 1) is checked here: a
+        # micro-batch that does not divide the mini-batch there divides it at no world size.
         if self.parallel.world_size is not None:
             self.check_layout(self.parallel.world_size)
+        else:
+            world = self.parallel.model_parallel_size
+            self.check_layout(
+                world, note=f" (at world size {world}, the smallest for this TP x PP; parallel.world_size is not set)"
+            )
+        if alg.overlong_shaping:
+            _check(
+                alg.overlong_cache_length <= self.rollout.max_response_length,
+                f"algorithm.overlong_cache_length ({alg.overlong_cache_length}) must be <= "
+                f"rollout.max_response_length ({self.rollout.max_response_length}) with algorithm.overlong_shaping=true",
+            )
         if self.algorithm.dynamic_sampling:
             _check(
                 self.algorithm.advantage_estimator != "rloo" or n >= 2,
                 "DAPO dynamic sampling needs n >= 2",
             )
 
-    def check_layout(self, world_size: int) -> None:
-        """Validate the update geometry for ``world_size`` processes (the launcher's, at start-up).
+    def check_layout(self, world_size: int, *, note: str = "") -> None:
+        """Validate the update geometry for ``world_size`` processes: when the config is built
+        (``parallel.world_size``, or TP x PP processes when it is not set) and at start-up (the
+        launcher's). ``note`` is appended to the message.
 
         Raises:
-            ConfigError: the mini-batch in rollouts is not divisible by dp_size x micro_batch_size.
+            ConfigError: the mini-batch in rollouts is not divisible by dp_size x micro_batch_size
+                (the micro-batch does not divide the per-rank mini-batch).
         """
         dp, mbs = self.parallel.dp_size(world_size), self.parallel.micro_batch_size
         mb, n = self.trainer.mini_batch_prompts, self.rollout.n
@@ -89,10 +108,15 @@ class RunConfig:
         _check(
             rollouts % (dp * mbs) == 0,
             f"the mini-batch of {mb} prompts x n={n} = {rollouts} rollouts is not divisible by "
-            f"dp_size ({dp}) x parallel.micro_batch_size ({mbs}) = {dp * mbs}",
+            f"dp_size ({dp}) x parallel.micro_batch_size ({mbs}) = {dp * mbs}{note}",
         )
 
     # ---- derived settings the trainer documents in its log ----------------------------------
+
+    @property
+    def run_dir(self) -> Path:
+        """The run directory: ``logging.output_dir / (logging.run_name or recipe)``."""
+        return Path(self.logging.output_dir) / (self.logging.run_name or self.recipe)
 
     @property
     def logprobs_before_pruning(self) -> bool:
@@ -125,6 +149,17 @@ class RunConfig:
             ConfigError: an unknown key (with the closest known key) or an invalid value.
         """
         return build_from_nested(cls, data, source=source)
+
+
+def _check_no_empty_strings(obj: Any, prefix: str = "") -> None:
+    """Refuse an empty (or blank) string in any string field: a path or a name, never meaningful
+    empty (``""`` as a path is the working directory); optional fields take none instead."""
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value):
+            _check_no_empty_strings(value, f"{prefix}{f.name}.")
+        elif isinstance(value, str):
+            _check(value.strip() != "", f"{prefix}{f.name}={value!r} is empty (an optional field takes none)")
 
 
 def field_docs(cls: type = RunConfig, prefix: str = "") -> dict[str, str]:

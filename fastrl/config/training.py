@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from fastrl.config.fields import _check, doc
+from fastrl.config.fields import _check, _check_finite, _check_seed, doc
 
 __all__ = [
     "CheckpointConfig",
@@ -53,8 +53,18 @@ class DataConfig:
             self.dataset in ("easy_vqa",) or bool(self.train_path),
             f"data.dataset={self.dataset!r} needs data.train_path (and data.val_path)",
         )
-        _check(self.min_pixels <= self.max_pixels, "data.min_pixels must be <= data.max_pixels")
-        _check(self.val_size >= 1, "data.val_size must be >= 1")
+        _check(self.image_size >= 1, f"data.image_size must be >= 1, got {self.image_size}")
+        _check(self.min_pixels >= 1, f"data.min_pixels must be >= 1, got {self.min_pixels}")
+        _check(
+            self.min_pixels <= self.max_pixels,
+            f"data.min_pixels ({self.min_pixels}) must be <= data.max_pixels ({self.max_pixels})",
+        )
+        _check(self.val_size >= 1, f"data.val_size must be >= 1, got {self.val_size}")
+        _check(
+            self.max_train_samples is None or self.max_train_samples >= 1,
+            f"data.max_train_samples must be >= 1 or none, got {self.max_train_samples}",
+        )
+        _check_seed(self.shuffle_seed, "data.shuffle_seed")
 
     @property
     def prompt_image_size(self) -> int | None:
@@ -77,10 +87,30 @@ class RewardConfig:
     accuracy_threshold: float = doc(
         0.5, "Accuracy at or above this counts as correct (accuracy metrics, DAPO filtering)."
     )
+    max_invalid_fraction: float = doc(
+        0.5,
+        "Stop the run with an error when more than this fraction of a step's rewards are invalid "
+        "(grader error, timeout or crash) for reward.max_invalid_steps consecutive steps; the "
+        "fraction is logged every step as reward/invalid_fraction. 1: never stop on the fraction "
+        "(a run whose every reward was invalid still fails at its end).",
+    )
+    max_invalid_steps: int = doc(
+        3, "Consecutive steps over reward.max_invalid_fraction that stop the run (see there)."
+    )
 
     def __post_init__(self) -> None:
-        _check(self.num_workers >= 1, "reward.num_workers must be >= 1")
-        _check(self.timeout_s > 0, "reward.timeout_s must be > 0")
+        _check_finite(self, "reward")
+        _check(self.num_workers >= 1, f"reward.num_workers must be >= 1, got {self.num_workers}")
+        _check(self.timeout_s > 0, f"reward.timeout_s must be > 0, got {self.timeout_s}")
+        _check(
+            0 < self.accuracy_threshold <= 1,
+            f"reward.accuracy_threshold must be in (0, 1], got {self.accuracy_threshold}",
+        )
+        _check(
+            0 <= self.max_invalid_fraction <= 1,
+            f"reward.max_invalid_fraction must be in [0, 1], got {self.max_invalid_fraction}",
+        )
+        _check(self.max_invalid_steps >= 1, f"reward.max_invalid_steps must be >= 1, got {self.max_invalid_steps}")
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -98,9 +128,18 @@ class OptimizerConfig:
     lr_decay_style: Literal["constant", "linear", "cosine"] = doc("constant", "Schedule after warm-up.")
 
     def __post_init__(self) -> None:
+        _check_finite(self, "optimizer")
         _check(self.lr > 0, f"optimizer.lr must be > 0, got {self.lr}")
-        _check(0 <= self.min_lr <= self.lr, "optimizer.min_lr must be in [0, optimizer.lr]")
-        _check(self.clip_grad >= 0, "optimizer.clip_grad must be >= 0")
+        _check(
+            0 <= self.min_lr <= self.lr,
+            f"optimizer.min_lr must be in [0, optimizer.lr={self.lr}], got {self.min_lr}",
+        )
+        _check(self.weight_decay >= 0, f"optimizer.weight_decay must be >= 0, got {self.weight_decay}")
+        for name in ("adam_beta1", "adam_beta2"):
+            _check(0 <= getattr(self, name) < 1, f"optimizer.{name} must be in [0, 1), got {getattr(self, name)}")
+        _check(self.adam_eps > 0, f"optimizer.adam_eps must be > 0, got {self.adam_eps}")
+        _check(self.clip_grad >= 0, f"optimizer.clip_grad must be >= 0, got {self.clip_grad}")
+        _check(self.lr_warmup_steps >= 0, f"optimizer.lr_warmup_steps must be >= 0, got {self.lr_warmup_steps}")
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -116,6 +155,14 @@ class WarmStartConfig:
     lr: float = doc(1e-3, "Warm-start learning rate.")
     aux_loss_weight: float = doc(0.3, "Weight of the attribute-head loss kept on during SFT.")
     cache: bool = doc(True, "Reuse a cached warm start with the same settings.")
+
+    def __post_init__(self) -> None:
+        _check_finite(self, "warm_start")
+        for name in ("vision_warmup_steps", "sft_steps"):
+            _check(getattr(self, name) >= 0, f"warm_start.{name} must be >= 0, got {getattr(self, name)}")
+        _check(self.batch_size >= 1, f"warm_start.batch_size must be >= 1, got {self.batch_size}")
+        _check(self.lr > 0, f"warm_start.lr must be > 0, got {self.lr}")
+        _check(self.aux_loss_weight >= 0, f"warm_start.aux_loss_weight must be >= 0, got {self.aux_loss_weight}")
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -145,10 +192,14 @@ class TrainerConfig:
     torch_threads: int = doc(2, "torch intra-op threads per process on CPU.")
 
     def __post_init__(self) -> None:
-        _check(self.epochs >= 1, "trainer.epochs must be >= 1")
-        _check(self.max_steps is None or self.max_steps >= 1, "trainer.max_steps must be >= 1")
-        _check(self.mini_batch_prompts >= 1, "trainer.mini_batch_prompts must be >= 1")
-        _check(self.val_every >= 0, "trainer.val_every must be >= 0")
+        _check(self.epochs >= 1, f"trainer.epochs must be >= 1, got {self.epochs}")
+        _check(
+            self.max_steps is None or self.max_steps >= 1, f"trainer.max_steps must be >= 1 or none, got {self.max_steps}"
+        )
+        _check(self.mini_batch_prompts >= 1, f"trainer.mini_batch_prompts must be >= 1, got {self.mini_batch_prompts}")
+        _check(self.val_every >= 0, f"trainer.val_every must be >= 0, got {self.val_every}")
+        _check_seed(self.seed, "trainer.seed")
+        _check(self.torch_threads >= 1, f"trainer.torch_threads must be >= 1, got {self.torch_threads}")
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -167,10 +218,23 @@ class CheckpointConfig:
         "saving) and resumes at any TP/PP/DP layout; 'dp_reshardable' stores each rank's flat "
         "buffer shard (no gather, less memory at save) and resumes only at the same TP/PP sizes.",
     )
+    allow_changed: tuple[str, ...] = doc(
+        (),
+        "Resume although these config keys changed since the checkpoint was written: dotted keys "
+        "(data.train_path) or section prefixes (data), e.g. checkpoint.allow_changed=[data,rollout.n]; "
+        "data.fingerprint names the training records' content digest. Without it, a change that "
+        "would silently make another run (data.*, rollout.*, algorithm.*, pruning.*, "
+        "parallel.micro_batch_size, ...) is refused; logging / stage / optimizer / schedule / "
+        "layout changes are always accepted (README, 'Checkpoints and exact resume').",
+    )
 
     def __post_init__(self) -> None:
         _check(self.keep_last >= 1, "checkpoint.keep_last must be >= 1")
         _check(self.save_every >= 0, "checkpoint.save_every must be >= 0")
+        _check(
+            all(isinstance(k, str) and k.strip() for k in self.allow_changed),
+            f"checkpoint.allow_changed entries must be config keys or sections, got {list(self.allow_changed)}",
+        )
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -183,6 +247,9 @@ class LoggingConfig:
     wandb_project: str | None = doc(None, "Weights & Biases project (None: off).")
     progress_bar: bool = doc(True, "Progress bar on rank 0.")
     log_every: int = doc(1, "Print a metrics line every K steps.")
+
+    def __post_init__(self) -> None:
+        _check(self.log_every >= 1, f"logging.log_every must be >= 1, got {self.log_every}")
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -197,3 +264,11 @@ class StageConfig:
         True, "With adaptive_sampling.period='stage': end the ARS period when the stage ends."
     )
     exit_signal: Literal["USR1", "TERM"] = doc("USR1", "Signal that asks for save-and-exit.")
+
+    def __post_init__(self) -> None:
+        _check_finite(self, "stage")
+        _check(self.max_steps is None or self.max_steps >= 1, f"stage.max_steps must be >= 1 or none, got {self.max_steps}")
+        _check(
+            self.time_limit_s is None or self.time_limit_s > 0,
+            f"stage.time_limit_s must be > 0 or none, got {self.time_limit_s}",
+        )

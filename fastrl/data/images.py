@@ -8,6 +8,7 @@ image token in the language model.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 
 import torch
@@ -33,6 +34,47 @@ def make_image_processor(
     )
 
 
+def set_pixel_bounds(image_processor, min_pixels: int | None, max_pixels: int | None) -> None:
+    """Make a loaded Qwen2-VL / Qwen2.5-VL image processor (slow or fast) resize images into
+    ``[min_pixels, max_pixels]`` (``data.min_pixels`` / ``data.max_pixels``), whatever bounds its
+    checkpoint directory shipped. A bound given as None keeps the processor's own.
+
+    Raises:
+        ValueError: the resulting bounds are not ``1 <= min_pixels <= max_pixels``.
+    """
+    if min_pixels is None and max_pixels is None:
+        return
+    size = getattr(image_processor, "size", None)
+
+    def current(name: str, key: str) -> int:
+        value = getattr(image_processor, name, None)
+        if value is None and size is not None:
+            value = size[key] if isinstance(size, dict) else getattr(size, key, None)
+        return int(value)
+
+    lo = int(min_pixels) if min_pixels is not None else current("min_pixels", "shortest_edge")
+    hi = int(max_pixels) if max_pixels is not None else current("max_pixels", "longest_edge")
+    if lo < 1 or hi < lo:
+        raise ValueError(f"need 1 <= min_pixels ({lo}) <= max_pixels ({hi})")
+    image_processor.min_pixels = lo
+    image_processor.max_pixels = hi
+    if isinstance(size, dict) or size is None:
+        image_processor.size = {**(size or {}), "shortest_edge": lo, "longest_edge": hi}
+    else:  # the fast processor's SizeDict
+        image_processor.size = type(size)(shortest_edge=lo, longest_edge=hi)
+
+
+def image_token_count(
+    width: int, height: int, *, min_pixels: int, max_pixels: int, patch_size: int = 14, merge_size: int = 2
+) -> int:
+    """Language-model tokens of one ``width`` x ``height`` image after the processor's resize
+    (``smart_resize`` into ``[min_pixels, max_pixels]``): ``(h / patch) * (w / patch) / merge**2``.
+    Computed from the size alone, without processing pixels (prompt-length filtering at load)."""
+    factor = patch_size * merge_size
+    h, w = smart_resize(height, width, factor=factor, min_pixels=min_pixels, max_pixels=max_pixels)
+    return (h // patch_size) * (w // patch_size) // (merge_size**2)
+
+
 def resized_size(width: int, height: int, processor: Qwen2VLImageProcessor) -> tuple[int, int]:
     """``(width, height)`` the processor will resize an image of this size to."""
     factor = processor.patch_size * processor.merge_size
@@ -47,6 +89,18 @@ def record_images(record: Record, *, square_size: int | None = None) -> list[Ima
     if square_size is not None:
         images = [im.resize((square_size, square_size), Image.Resampling.BICUBIC) for im in images]
     return images
+
+
+def record_image_sizes(record: Record, *, square_size: int | None = None) -> list[tuple[int, int]]:
+    """``(width, height)`` of each image of ``record`` as the processor receives it
+    (:func:`record_images`), read from the image headers without decoding pixels."""
+    if square_size is not None:
+        return [(square_size, square_size)] * len(record.images)
+    sizes = []
+    for data in record.images:
+        with Image.open(io.BytesIO(data)) as image:
+            sizes.append(image.size)
+    return sizes
 
 
 def process_images(processor: Qwen2VLImageProcessor, images: Sequence[Image.Image]) -> dict[str, torch.Tensor]:

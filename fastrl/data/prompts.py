@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import jinja2
+import jinja2.meta
 
 from fastrl.data.record import LoadReport, Record
 
@@ -78,8 +79,29 @@ def render_prompt(template: str | Path, record: Record) -> str:
         jinja2.UndefinedError: the template uses a variable other than ``problem``,
             ``num_images`` and ``metadata`` (for example ``answer``).
     """
+    return prompt_renderer(template)(record)
+
+
+def prompt_renderer(template: str | Path) -> Callable[[Record], str]:
+    """:func:`render_prompt` with the template looked up once (for rendering many records).
+
+    Raises:
+        FileNotFoundError: see :func:`resolve_template`.
+    """
     compiled = load_template(template)
-    return compiled.render(problem=record.problem, num_images=len(record.images), metadata=record.metadata).strip()
+    source = resolve_template(template).read_text(encoding="utf-8")
+    uses_metadata = "metadata" in jinja2.meta.find_undeclared_variables(jinja2.Environment().parse(source))
+    cache: dict[tuple[str, int], str] = {}
+
+    def render(record: Record) -> str:
+        if uses_metadata:
+            return compiled.render(problem=record.problem, num_images=len(record.images), metadata=record.metadata).strip()
+        key = (record.problem, len(record.images))  # datasets repeat question texts (easy-vqa)
+        if key not in cache:
+            cache[key] = compiled.render(problem=record.problem, num_images=key[1], metadata=record.metadata).strip()
+        return cache[key]
+
+    return render
 
 
 def filter_long_prompts(
@@ -96,15 +118,41 @@ def filter_long_prompts(
     tokens count only if ``length_fn`` adds them. The number filtered is logged and, when given,
     added to ``report.prompts_filtered_too_long`` (metric ``data/prompts_filtered_too_long``).
     """
+    render = prompt_renderer(template)
+    return filter_records_by_length(
+        records, lambda r: length_fn(render(r)), max_length, report=report,
+        what=f"template {template}",
+    )
+
+
+def filter_records_by_length(
+    records: Sequence[Record],
+    length_of: Callable[[Record], int],
+    max_length: int,
+    *,
+    report: LoadReport | None = None,
+    what: str = "",
+) -> list[Record]:
+    """Records with ``length_of(record) <= max_length`` (the prompt's tokens, image tokens included,
+    as the trainer computes them: :func:`fastrl.training.prompting.prompt_length`).
+
+    The number filtered is logged (with ``what``, e.g. the split) and, when ``report`` is given,
+    added to ``report.prompts_filtered_too_long`` (metric ``data/prompts_filtered_too_long``) with
+    ``report.rows_kept`` updated.
+
+    Raises:
+        ValueError: ``max_length < 1``.
+    """
     if max_length < 1:
         raise ValueError(f"max_length ({max_length}) must be >= 1")
-    kept = [r for r in records if length_fn(render_prompt(template, r)) <= max_length]
+    kept = [r for r in records if length_of(r) <= max_length]
     filtered = len(records) - len(kept)
     if report is not None:
         report.prompts_filtered_too_long += filtered
         report.rows_kept = len(kept)
     if filtered:
         logger.warning(
-            "filtered %d of %d prompt(s) longer than %d (template %s)", filtered, len(records), max_length, template
+            "filtered %d of %d prompt(s) longer than %d tokens%s", filtered, len(records), max_length,
+            f" ({what})" if what else "",
         )
     return kept

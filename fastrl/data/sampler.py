@@ -71,6 +71,12 @@ class ResumableSampler:
             self._order_epoch = epoch
         return self._order
 
+    @property
+    def epochs_drawn(self) -> float:
+        """Epochs of indices handed out so far: ``epoch + position / num_items`` (1.0 right after the
+        last index of the first epoch; above ``trainer.epochs`` when a run wraps past its budget)."""
+        return self.epoch + self.position / self.num_items
+
     def steps_per_epoch(self, batch_size: int) -> float:
         """``num_items / batch_size`` (may be fractional: batches cross epoch boundaries)."""
         return self.num_items / batch_size

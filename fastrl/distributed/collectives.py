@@ -192,3 +192,38 @@ def broadcast_object_from_last_pipeline_stage(obj: Any) -> Any:
         box, src=mpu.get_pipeline_model_parallel_last_rank(), group=mpu.get_pipeline_model_parallel_group()
     )
     return box[0]
+
+
+def model_parallel_group() -> dist.ProcessGroup | None:
+    """megatron-core's model-parallel group (the TP x PP ranks that hold one model replica; one DP
+    rank's worth of ranks); None without torch.distributed."""
+    if not _dist_ready():
+        return None
+    from megatron.core import parallel_state as mpu
+
+    return mpu.get_model_parallel_group()
+
+
+def model_parallel_size() -> int:
+    group = model_parallel_group()
+    return 1 if group is None else dist.get_world_size(group)
+
+
+def is_model_parallel_source() -> bool:
+    """True on the first rank of this model-parallel group (TP rank 0 of pipeline stage 0), the rank
+    that produces what :func:`broadcast_object_model_parallel` hands to its peers; True without
+    model parallelism."""
+    group = model_parallel_group()
+    return group is None or dist.get_rank(group) == 0
+
+
+def broadcast_object_model_parallel(obj: Any) -> Any:
+    """A picklable object given on the first rank of this model-parallel group (see
+    :func:`is_model_parallel_source`), on every rank of the group; ``obj`` itself (no communication)
+    when the group has one member. Other ranks' ``obj`` is ignored (pass None)."""
+    group = model_parallel_group()
+    if group is None or dist.get_world_size(group) == 1:
+        return obj
+    box = [obj if dist.get_rank(group) == 0 else None]
+    dist.broadcast_object_list(box, src=dist.get_global_rank(group, 0), group=group)
+    return box[0]

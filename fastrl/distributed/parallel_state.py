@@ -18,8 +18,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from fastrl.config import ParallelConfig
 from fastrl import compat
+from fastrl.config import ParallelConfig
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Whole-world collectives of the trainer's control flow (barriers, agreement on stopping).
+"""Whole-world collectives of the trainer's control flow (barriers, agreement on stopping), this
+process's rank, and the world size the launcher started.
 
 No-ops in a single process, so single-process runs take the same code path.
 """
@@ -44,3 +45,11 @@ def any_rank(flag: bool) -> bool:
 def rank() -> int:
     """This process's global rank (0 without a process group)."""
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def launched_world_size() -> int:
+    """How many processes the launcher started, read from its environment (usable before the
+    process group exists; collective under MPI)."""
+    from fastrl.distributed.launch import launch_info_from_env
+
+    return launch_info_from_env().world_size

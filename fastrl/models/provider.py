@@ -20,8 +20,8 @@ from typing import Any, Iterator
 
 import torch
 
-from fastrl.config import ModelConfig, ParallelConfig, PrecisionConfig
 from fastrl import compat
+from fastrl.config import ModelConfig, ParallelConfig, PrecisionConfig
 from fastrl.models.layer_spec import LayerChoice, choose_layers
 
 #: Hugging Face ``model_type`` -> FastRL architecture name.

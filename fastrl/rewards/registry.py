@@ -1,4 +1,5 @@
-"""Reward functions by name: built-ins and custom ``path.py:function`` rewards."""
+"""Reward functions by name: built-ins and custom ``path.py:function`` rewards (:func:`load_reward`;
+the public entry point is :func:`fastrl.rewards.get_reward`)."""
 
 from __future__ import annotations
 
@@ -41,17 +42,10 @@ def is_custom_spec(name: str) -> bool:
     return bool(sep) and path.endswith(".py")
 
 
-def get_reward(name: str) -> RewardFn:
-    """The reward function ``fn(response: str, ground_truth: str) -> RewardResult``.
-
-    ``name`` is a built-in (``geo3k``, ``geoqa8k``, ``math``, ``easy_vqa``, ``easy_vqa_strict``)
-    or ``path/to/file.py:function`` for a custom reward. A custom function is called as
-    ``function(response, ground_truth)`` and may return a :class:`RewardResult`, a mapping with
-    keys ``overall``, ``format`` and ``accuracy`` (``valid`` optional), or a number, which is then
-    used as both ``overall`` and ``accuracy`` (``format`` 0).
-
-    The returned function grades in the calling thread (any thread; no signals) without a time
-    limit; use :class:`fastrl.rewards.scorer.RewardScorer` for timeouts and worker pools.
+def load_reward(name: str) -> RewardFn:
+    """The reward function ``name`` itself, unbounded: :func:`fastrl.rewards.get_reward` without
+    ``timeout_s`` (its docstring documents the names and the return values). It grades in the calling
+    thread with no time limit; the grading workers call it.
 
     Raises:
         RewardSpecError: unknown name, missing file, missing or non-callable function.
@@ -94,7 +88,7 @@ def _custom_reward(path: str, function: str) -> RewardFn:
 
 
 def as_reward_result(value: object, *, source: str) -> RewardResult:
-    """Convert a custom reward's return value (see :func:`get_reward`) to a :class:`RewardResult`.
+    """Convert a custom reward's return value (see :func:`fastrl.rewards.get_reward`) to a :class:`RewardResult`.
 
     Raises:
         TypeError: any other return type, or a bool (ambiguous), naming ``source``.

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 NAN = math.nan
+_EXCEPTION_PREFIX = re.compile(r"^([A-Za-z_][\w.]*):")
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,19 @@ class RewardResult:
     valid: bool = True
     error: str | None = None
     timed_out: bool = False
+
+    @property
+    def error_kind(self) -> str | None:
+        """What kind of failure made this result invalid (None for a valid one): ``"timeout"``, the
+        exception type (``"ValueError"``), or the error text up to its first parenthesis
+        (``"grading worker process exited"``)."""
+        if self.valid:
+            return None
+        if self.timed_out:
+            return "timeout"
+        text = (self.error or "unknown error").strip()
+        match = _EXCEPTION_PREFIX.match(text)
+        return match.group(1) if match else text.split(" (")[0][:80]
 
     @classmethod
     def invalid(cls, error: str, *, timed_out: bool = False) -> "RewardResult":

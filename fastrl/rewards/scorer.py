@@ -6,7 +6,9 @@
 
 A response whose grader raises, exceeds ``timeout_s`` or kills its worker gets
 ``RewardResult.invalid(...)`` (``valid=False``, ``nan`` scores) and is counted in the stats; it is
-never scored as wrong. Timeouts are measured per response from the moment its worker starts on it.
+never scored as wrong. The first error of each kind (:attr:`RewardResult.error_kind`) is logged
+once per scorer as a warning (logger ``fastrl.rewards``), with its text; later ones are counted.
+Timeouts are measured per response from the moment its worker starts on it.
 
 Backends:
 - ``"process"`` (default): worker processes, each a fresh interpreter running
@@ -20,6 +22,7 @@ Backends:
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import socket
@@ -34,7 +37,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Literal
 
-from fastrl.rewards.registry import get_reward, is_custom_spec
+from fastrl.rewards.registry import is_custom_spec, load_reward
 from fastrl.rewards.result import RewardResult
 
 # The directory holding the ``fastrl`` package, so that worker interpreters import this copy.
@@ -42,6 +45,9 @@ _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 Backend = Literal["process", "thread"]
 _MAX_CONSECUTIVE_START_FAILURES = 3
+_MAX_LOGGED_ERROR_CHARS = 300
+
+logger = logging.getLogger("fastrl.rewards")
 
 
 @dataclass
@@ -142,8 +148,9 @@ class RewardScorer:
             chunks per worker, at most 16 responses).
 
     Raises:
-        RewardSpecError: from :func:`get_reward`.
-        ValueError: non-positive ``num_workers`` / ``timeout_s`` or an unknown backend.
+        RewardSpecError: from :func:`~fastrl.rewards.registry.load_reward`.
+        ValueError: non-positive ``num_workers``, a non-positive or non-finite ``timeout_s``, or an
+            unknown backend.
     """
 
     def __init__(
@@ -158,13 +165,13 @@ class RewardScorer:
     ) -> None:
         if num_workers < 1:
             raise ValueError(f"num_workers ({num_workers}) must be >= 1")
-        if not timeout_s > 0:
-            raise ValueError(f"timeout_s ({timeout_s}) must be > 0")
+        if not (timeout_s > 0 and math.isfinite(timeout_s)):
+            raise ValueError(f"timeout_s ({timeout_s}) must be a finite number > 0")
         if backend not in ("process", "thread"):
             raise ValueError(f"backend {backend!r} must be 'process' or 'thread'")
         if chunk_size is not None and chunk_size < 1:
             raise ValueError(f"chunk_size ({chunk_size}) must be >= 1")
-        get_reward(name)
+        load_reward(name)
         self.name = name
         if is_custom_spec(name):  # workers get an absolute path, whatever their working directory
             path, _, function = name.rpartition(":")
@@ -180,6 +187,8 @@ class RewardScorer:
         self._lock = threading.Lock()
         self.last_stats = ScoreStats()
         self.total_stats = ScoreStats()
+        self.first_errors: dict[str, str] = {}
+        """Error kind -> the first error text of that kind (each logged once when first seen)."""
 
     def __enter__(self) -> "RewardScorer":
         return self
@@ -233,7 +242,22 @@ class RewardScorer:
             stats.num_errors = stats.num_invalid - stats.num_timeouts
             self.last_stats = stats
             self.total_stats.add(stats)
+            self._log_new_errors(results)
             return results
+
+    def _log_new_errors(self, results: Sequence[RewardResult]) -> None:
+        for r in results:
+            kind = r.error_kind
+            if kind is None or kind in self.first_errors:
+                continue
+            text = " ".join((r.error or "unknown error").split())
+            if len(text) > _MAX_LOGGED_ERROR_CHARS:
+                text = text[: _MAX_LOGGED_ERROR_CHARS - 3] + "..."
+            self.first_errors[kind] = text
+            logger.warning(
+                "reward %r: invalid result (%s): %s  [the first of this kind; later ones are only counted]",
+                self.name, kind, text,
+            )
 
     def _run(self, responses: list[str], ground_truths: list[str], stats: ScoreStats) -> list[RewardResult]:
         n = len(responses)

@@ -16,7 +16,7 @@ import signal
 import sys
 from multiprocessing.connection import Connection
 
-from fastrl.rewards.registry import RewardFn, get_reward, is_custom_spec
+from fastrl.rewards.registry import RewardFn, is_custom_spec, load_reward
 from fastrl.rewards.result import RewardResult
 
 
@@ -34,7 +34,7 @@ def grade_one(fn: RewardFn, response: str, ground_truth: str) -> RewardResult:
 def serve(conn: Connection, spec: str) -> None:
     """Load the reward, say ready, grade chunks until ``None`` or a closed connection."""
     try:
-        fn = get_reward(spec)
+        fn = load_reward(spec)
         if not is_custom_spec(spec):
             # Import the grader's heavy dependencies (sympy, math-verify) before the first timed
             # response. Custom rewards are not called with made-up input.

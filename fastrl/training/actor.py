@@ -53,7 +53,14 @@ def build_optimizer(policy: MegatronPolicy, optimizer: OptimizerConfig, parallel
 
 
 def build_lr_scheduler(megatron_optimizer: Any, optimizer: OptimizerConfig, total_steps: int) -> Any:
-    """megatron-core's OptimizerParamScheduler: linear warm-up, then constant / linear / cosine decay."""
+    """megatron-core's OptimizerParamScheduler: linear warm-up, then constant / linear / cosine decay.
+
+    Built with ``override_opt_param_scheduler=True``: loading a checkpoint's scheduler state keeps
+    only its step count, and the peak / minimum LR, warm-up, decay style, decay horizon and weight
+    decay are this config's (megatron's default would silently keep the checkpoint's). The resume
+    logs every changed key (:mod:`fastrl.checkpoint.config_diff`); with an unchanged config both
+    are the same values, so an exact resume stays bit-identical.
+    """
     from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
     warmup = min(optimizer.lr_warmup_steps, max(total_steps - 1, 0))
@@ -69,6 +76,8 @@ def build_lr_scheduler(megatron_optimizer: Any, optimizer: OptimizerConfig, tota
         end_wd=optimizer.weight_decay,
         wd_incr_steps=max(total_steps, 1),
         wd_incr_style="constant",
+        use_checkpoint_opt_param_scheduler=False,
+        override_opt_param_scheduler=True,
     )
 
 

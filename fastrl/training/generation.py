@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Sequence
 
 from fastrl.algorithms.adaptive_sampling import AdaptiveRolloutSampler
 from fastrl.config import RolloutConfig, RunConfig
 from fastrl.data import Record
-from fastrl.rollout.engine import RolloutEngine, Rollouts, SamplingParams
+from fastrl.distributed import collectives
+from fastrl.rollout.engine import RolloutEngine, RolloutPrompt, Rollouts, SamplingParams
 from fastrl.training.prompting import PromptSource
 from fastrl.training.seeds import derive_seed
 
@@ -30,10 +32,46 @@ def generate(
     rollout: RolloutConfig, seed: int, dp_rank: int,
 ) -> Rollouts:
     """``n`` responses to each prompt of ``items``, sampled with a seed derived from
-    ``(rollout.seed, seed, dp_rank)``; the engine is woken for the call and put back to sleep."""
-    sampling = SamplingParams.for_training(rollout, seed=derive_seed(rollout.seed, seed, dp_rank))
-    engine.wake()
-    try:
-        return engine.generate([prompts.prompt_of(r) for _, r in items], n, sampling)
-    finally:
-        engine.sleep()
+    ``(rollout.seed, seed, dp_rank)``; the engine is woken for the call and put back to sleep.
+
+    With model parallelism (TP or PP > 1) the rollouts are generated once per model-parallel group,
+    on its first rank, and broadcast to the peers (:func:`collectives.broadcast_object_model_parallel`),
+    so every rank holding a shard of one model replica trains on the same token ids (engines on
+    different GPUs are not bitwise deterministic even with equal seeds). The peers' engines are not
+    used. Collective over the model-parallel group; an error on the first rank is raised on every
+    rank of the group.
+    """
+    chosen = [prompts.prompt_of(r) for _, r in items]
+    result: Rollouts | BaseException | None = None
+    if collectives.is_model_parallel_source():
+        sampling = SamplingParams.for_training(rollout, seed=derive_seed(rollout.seed, seed, dp_rank))
+        engine.wake()
+        try:
+            result = engine.generate(chosen, n, sampling)
+        except Exception as err:  # noqa: BLE001 - re-raised below, after the peers have heard of it
+            result = err
+        finally:
+            engine.sleep()
+    if collectives.model_parallel_size() > 1:
+        result = _share_with_peers(result, chosen)
+    if isinstance(result, BaseException):
+        raise result
+    assert result is not None
+    return result
+
+
+def _share_with_peers(result: Rollouts | BaseException | None, chosen: list[RolloutPrompt]) -> Rollouts | BaseException:
+    """The first rank's rollouts (or its error) on every rank of the model-parallel group; the
+    prompts themselves (images included) are not sent: every peer rendered the same ones."""
+    if isinstance(result, Rollouts):
+        payload: object = replace(result, prompts=[])
+    elif isinstance(result, BaseException):
+        payload = RuntimeError(f"rollout generation failed on the first rank of the model-parallel group: {result!r}")
+    else:
+        payload = None
+    shared = collectives.broadcast_object_model_parallel(payload)
+    if isinstance(result, BaseException):
+        return result  # the first rank raises its own error, with its traceback
+    if isinstance(shared, Rollouts):
+        return replace(shared, prompts=list(chosen))
+    return shared

@@ -7,7 +7,8 @@ One place for every rule (see docs/parallelism.md, "Micro-batches and the loss")
 - MDAP's Phase-2 refill rounds the kept count up to :func:`refill_multiple` (the actor mini-batch
   in rollouts, ``trainer.mini_batch_prompts x n``, and whole micro-batches; spec 2.3);
 - what refill could not round (no pruning, a short DAPO batch) is trimmed by
-  :func:`trim_to_multiple`;
+  :func:`trim_to_multiple`; a kept set smaller than one micro-batch per DP rank (a short DAPO
+  batch) is padded with zero-weight rows instead (:func:`fit_to_micro_batches`);
 - each rank splits its rows into :func:`mini_batch_sizes`, one optimizer update each
   (``algorithm.ppo_epochs`` passes), :func:`rank_mini_batch_rows` rollouts per update;
 - the LR schedule is sized by :func:`updates_per_step_estimate`.
@@ -79,6 +80,36 @@ def trim_to_multiple(
         ),
         excess,
     )
+
+
+def fit_to_micro_batches(
+    result: P.PruneResult, advantages: torch.Tensor, group_ids: torch.Tensor, whole: int
+) -> tuple[P.PruneResult, int, int]:
+    """Make the kept count fill whole micro-batches on every DP rank (``whole`` = dp_size x
+    micro_batch_size): trim (:func:`trim_to_multiple`) when at least ``whole`` rollouts are kept,
+    otherwise keep them all and report the zero-weight padding rows the caller must add.
+
+    A kept set smaller than ``whole`` (a DAPO step that collected few informative groups) cannot be
+    trimmed without dropping everything; the caller pads it with ``whole - kept`` copies of kept
+    rows whose response mask is 0 (no loss, no gradient; :func:`fastrl.training.rollout_batch.padding_rows`).
+
+    Returns:
+        ``(result, dropped, padding)``: the (possibly trimmed) result, with ``num_padding`` set to
+        the padding rows the caller adds (``prune/num_padding``), the rollouts dropped and that
+        padding (at most one of the two is non-zero).
+
+    Raises:
+        ValueError: nothing is kept, or ``whole < 1``.
+    """
+    if whole < 1:
+        raise ValueError(f"dp_size x micro_batch_size must be >= 1, got {whole}")
+    kept = result.num_kept
+    if kept == 0:
+        raise ValueError("no rollout is left for the update")
+    if kept < whole:
+        return dataclasses.replace(result, num_padding=whole - kept), 0, whole - kept
+    result, dropped = trim_to_multiple(result, advantages, group_ids, whole)
+    return dataclasses.replace(result, num_padding=0), dropped, 0
 
 
 def mini_batch_sizes(rows: int, mini: int, micro: int) -> list[int]:

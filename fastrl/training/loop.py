@@ -1,8 +1,22 @@
 """The step loop: validation, metrics, checkpoints, stage limits and stop signals around
-:func:`fastrl.training.step.train_step`."""
+:func:`fastrl.training.step.train_step`.
+
+Stopping (docs/slurm.md, "Contract between the Slurm scripts and the trainer"): a stop request
+(``stage.exit_signal`` / TERM, or ``stage.time_limit_s`` running out, which counts from the start
+of the loop) is checked, with every rank agreeing, before each training step and before each
+chunk of a validation; a stopped validation is abandoned (not logged). The loop then saves a
+checkpoint unless nothing changed since the last one: a stage that trained no step keeps the
+checkpoint it resumed from, and a run stopped before its first step writes none (nothing was
+trained; the next stage starts the run from the beginning).
+
+Finished runs: a run whose checkpoint is at its last step says exactly which key to raise to
+train further; a finished run (``RUN_DIR/FINISHED``) resumed with more steps continues, and the
+marker is removed when its first new step starts.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import logging
@@ -16,10 +30,10 @@ from fastrl.checkpoint.train_state import TrainState
 from fastrl.distributed import world
 from fastrl.training.generation import group_size
 from fastrl.training.metrics import MetricsLogger
-from fastrl.training.parts import RunParts
+from fastrl.training.parts import RunParts, total_steps
 from fastrl.training.step import train_step
 from fastrl.training.update_phase import refit
-from fastrl.training.validation import validate_policy
+from fastrl.training.validation import ValidationStopped, validate_policy
 
 if TYPE_CHECKING:  # pragma: no cover
     from fastrl.checkpoint.signals import StopRequest
@@ -80,8 +94,53 @@ def resume(run: RunParts, state: TrainState, io: CheckpointIO) -> str | None:
     return str(path)
 
 
+def _extend_hint(run: RunParts, step: int) -> str:
+    """What to set to train past ``step``: e.g. ``trainer.max_steps=4 (now 2)``."""
+    t = run.cfg.trainer
+    per_epoch = total_steps(dataclasses.replace(run.cfg, trainer=dataclasses.replace(t, epochs=1, max_steps=None)), len(run.prompts.records))
+    target = step + max(step, 1)
+    parts = []
+    if t.max_steps is not None and t.max_steps < target:
+        parts.append(f"trainer.max_steps={target} (now {t.max_steps})")
+    if t.epochs * per_epoch < target:
+        parts.append(f"trainer.epochs={-(-target // per_epoch)} (now {t.epochs}, {per_epoch} steps per epoch)")
+    return " and ".join(parts)
+
+
+def _already_complete(run: RunParts, state: TrainState, resumed: str | None) -> bool:
+    """True (after saying why, and what to change to train further) when there is nothing to train."""
+    marker = run.run_dir / FINISHED_FILE
+    if state.step < state.total_steps:
+        no_checkpoint = marker.exists() and resumed is None
+        if no_checkpoint and run.ctx.is_logging_rank:
+            logger.info(
+                "training already complete (%s exists) but no checkpoint was found to continue from; nothing to do. "
+                "Remove %s to train this run again from the start", marker, marker,
+            )
+        return no_checkpoint
+    if run.ctx.is_logging_rank:
+        past = f"; the checkpoint is past this config's total of {state.total_steps} steps" if state.step > state.total_steps else ""
+        logger.info(
+            "training already complete at step %d (of %d)%s; nothing to do. To train further, raise the run length: "
+            "%s (the run resumes at step %d, and the LR schedule's decay horizon follows the new total). Under Slurm, "
+            "also delete %s first: slurm/submit.sh and train.sbatch stop at it",
+            state.step, state.total_steps, past, _extend_hint(run, state.step), state.step, marker,
+        )
+        if not marker.exists():
+            write_finished(run.run_dir, state.step)
+    return True
+
+
 def run_loop(run: RunParts, state: TrainState, stop: "StopRequest") -> dict[str, Any]:
     cfg, ctx = run.cfg, run.ctx
+    stage_start = time.monotonic()
+
+    def stop_due() -> bool:
+        """True on every rank once a stop signal arrived on any rank or this stage's time is up."""
+        if cfg.stage.time_limit_s is not None and time.monotonic() - stage_start >= cfg.stage.time_limit_s:
+            stop.request("stage.time_limit_s")
+        return world.any_rank(stop.requested)
+
     io = CheckpointIO(cfg, ctx, run_dir=run.run_dir, phase=run.timer.phase)
     resumed = resume(run, state, io)
     log = MetricsLogger(
@@ -89,42 +148,57 @@ def run_loop(run: RunParts, state: TrainState, stop: "StopRequest") -> dict[str,
         run_name=cfg.logging.run_name or cfg.recipe, config=cfg.to_dict(), enabled=ctx.is_logging_rank,
     )
     summary: dict[str, Any] = {"resumed_from": resumed, "run_dir": str(run.run_dir)}
+    if io.config_changes:
+        summary["config_changes"] = [c.describe() for c in io.config_changes]
     if cfg.trainer.val_only:
         if run.start_metrics:
             log.log(state.step, run.start_metrics, kind="start")
-        val = validate_policy(run)
-        log.log(state.step, val, kind="val")
-        _print_val(run, state.step, val)
+        val = _validate(run, state, stop, stop_due)
+        if val is not None:
+            log.log(state.step, val, kind="val")
+            _print_val(run, state.step, val)
+        else:
+            summary["stopped_by"] = stop.reason or "signal"
         log.close()
         summary.update({"step": state.step, "val_only": True, "val_end": val})
         return summary
-    if (run.run_dir / FINISHED_FILE).exists() or state.step >= state.total_steps:
-        logger.info("training already complete at step %d (of %d); nothing to do", state.step, state.total_steps)
+    if _already_complete(run, state, resumed):
         summary["already_complete"] = True
+        log.close()
         return summary
+    extending = (run.run_dir / FINISHED_FILE).exists()  # a finished run resumed with a longer run length
+    if extending and ctx.is_logging_rank:
+        logger.info(
+            "extending a finished run: %s says training ended at step %d; this config trains to step %d "
+            "(the marker is removed when step %d starts)", run.run_dir / FINISHED_FILE, state.step, state.total_steps,
+            state.step + 1,
+        )
     if state.step == 0:
         if run.start_metrics or run.data_metrics:
             log.log(0, {**run.start_metrics, **run.data_metrics}, kind="start")
         if cfg.trainer.val_before_train:
-            val = validate_policy(run)
-            state.best_val = val["val/accuracy"]
-            log.log(0, val, kind="val")
-            summary["val_start"] = val
-            _print_val(run, 0, val)
-    stage_start, stage_steps = time.monotonic(), 0
+            val = _validate(run, state, stop, stop_due)
+            if val is not None:
+                state.best_val = val["val/accuracy"]
+                log.log(0, val, kind="val")
+                summary["val_start"] = val
+                _print_val(run, 0, val)
+    stage_steps, period_ended = 0, False
     bar = _progress(run, state)
     last_val: dict[str, float] | None = None
     while state.step < state.total_steps:
-        if world.any_rank(stop.requested):
-            logger.info("stop requested (%s): saving and exiting", stop.reason or "signal on another rank")
+        if stop_due():
+            logger.info("stop requested (%s) before step %d", stop.reason or "signal on another rank", state.step + 1)
             summary["stopped_by"] = stop.reason or "signal"
             break
         if cfg.stage.max_steps is not None and stage_steps >= cfg.stage.max_steps:
             summary["stopped_by"] = "stage.max_steps"
             break
-        if cfg.stage.time_limit_s is not None and time.monotonic() - stage_start >= cfg.stage.time_limit_s:
-            summary["stopped_by"] = "stage.time_limit_s"
-            break
+        if extending:
+            if ctx.is_logging_rank:
+                (run.run_dir / FINISHED_FILE).unlink(missing_ok=True)
+                logger.info("removed %s: the run continues past step %d", run.run_dir / FINISHED_FILE, state.step)
+            extending = False
         state.step += 1
         stage_steps += 1
         out = train_step(run, state, state.step)
@@ -133,15 +207,17 @@ def run_loop(run: RunParts, state: TrainState, stop: "StopRequest") -> dict[str,
         state.train_seconds += m["time/step"]
         m["time/train_elapsed"] = state.train_seconds
         m.update(end_period_if_due(run, state, out.epochs_completed))
-        log.log(state.step, m)
         if bar is not None:
             bar.set_postfix(reward=f"{m['reward/mean']:.3f}", kept=f"{m.get('prune/kept_fraction', 1.0):.2f}", n=int(m["rollout/n"]))
             bar.update(1)
         if cfg.trainer.val_every and state.step % cfg.trainer.val_every == 0 and state.step < state.total_steps:
-            last_val = _validate_and_track(run, state, log, io)
+            last_val = _validate_and_track(run, state, log, io, stop, stop_due)
         if cfg.checkpoint.save_every and state.step % cfg.checkpoint.save_every == 0 and state.step < state.total_steps:
             if io.last_saved_step != state.step:  # a new best at this step was just saved
                 io.save(state, run.actor)
+        # checkpoint saves (time/save) are charged to the step that saved, outside its time/step
+        m.update({f"time/{k}": v for k, v in run.timer.pop().items() if k != "step"})
+        log.log(state.step, m)
     if bar is not None:
         bar.close()
     finished = state.step >= state.total_steps
@@ -150,9 +226,25 @@ def run_loop(run: RunParts, state: TrainState, stop: "StopRequest") -> dict[str,
         new_n = state.ars.end_period(state.step / max(state.total_steps, 1))
         logger.info("stage ended at step %d: adaptive sampling n -> %d for the next stage", state.step, new_n)
         log.log(state.step, {"ars/new_n": float(new_n), **_ars_decision(state)}, kind="stage_end")
+        period_ended = True
     if finished:
-        last_val = _validate_and_track(run, state, log, io)
-    if io.last_saved_step != state.step:  # the final step may just have been saved as the best
+        last_val = _validate_and_track(run, state, log, io, stop, stop_due)
+        if last_val is None and ctx.is_logging_rank:
+            logger.info("the final validation was stopped; validate the final checkpoint with trainer.val_only=true")
+    if stage_steps == 0 and not period_ended:
+        # Nothing changed since the checkpoint this stage resumed from (or, at step 0, nothing was
+        # trained): no save (a save before the first optimizer step would also fail in megatron's
+        # DistributedOptimizer, whose state does not exist yet).
+        if ctx.is_logging_rank:
+            if state.step == 0:
+                logger.info(
+                    "stopped before the first training step: nothing was trained and no checkpoint is written; "
+                    "the next stage starts this run from the beginning"
+                )
+            else:
+                logger.info("no training step in this stage: the checkpoint of step %d holds this state; nothing to save", state.step)
+        summary["nothing_trained"] = True
+    elif io.last_saved_step != state.step:  # the final step may just have been saved as the best
         io.save(state, run.actor)
     if finished and ctx.is_logging_rank:
         write_finished(run.run_dir, state.step)
@@ -171,8 +263,27 @@ def _print_val(run: RunParts, step: int, val: dict[str, float]) -> None:
         )
 
 
-def _validate_and_track(run: RunParts, state: TrainState, log: MetricsLogger, io: CheckpointIO) -> dict[str, float]:
-    val = validate_policy(run)
+def _validate(run: RunParts, state: TrainState, stop: "StopRequest", should_stop) -> dict[str, float] | None:
+    """:func:`validate_policy`, or None (logged) when a stop request abandons it."""
+    if run.ctx.is_logging_rank:
+        logger.info("validating %d questions @ step %d", len(run.val), state.step)
+    try:
+        return validate_policy(run, should_stop=should_stop)
+    except ValidationStopped as stopped:
+        if run.ctx.is_logging_rank:
+            logger.info(
+                "validation @ step %d stopped (%s) after %d of %d questions; its partial result is not logged",
+                state.step, stop.reason or "signal on another rank", stopped.done, stopped.total,
+            )
+        return None
+
+
+def _validate_and_track(
+    run: RunParts, state: TrainState, log: MetricsLogger, io: CheckpointIO, stop: "StopRequest", should_stop
+) -> dict[str, float] | None:
+    val = _validate(run, state, stop, should_stop)
+    if val is None:
+        return None
     log.log(state.step, {**val, "time/train_elapsed": state.train_seconds}, kind="val")
     _print_val(run, state.step, val)
     if state.best_val is None or val["val/accuracy"] > state.best_val:

@@ -14,6 +14,7 @@ from fastrl.data import Record, load_train_val
 from fastrl.distributed.parallel_state import ParallelContext
 from fastrl.training.geometry import updates_per_step_estimate
 from fastrl.training.prompting import PromptSource
+from fastrl.training.reward_health import RewardHealth
 from fastrl.training.timers import PhaseTimer
 
 
@@ -33,6 +34,8 @@ class RunParts:
         scorer: the reward scorer (:class:`fastrl.rewards.RewardScorer`).
         timer: wall time per phase.
         data_metrics / start_metrics: logged once at step 0 (data report, warm start).
+        reward_health: invalid-reward bookkeeping (:mod:`fastrl.training.reward_health`; built
+            from ``cfg.reward`` when not given).
     """
 
     cfg: RunConfig
@@ -48,6 +51,11 @@ class RunParts:
     timer: PhaseTimer
     data_metrics: dict[str, float]
     start_metrics: dict[str, float]
+    reward_health: RewardHealth | None = None
+
+    def __post_init__(self) -> None:
+        if self.reward_health is None:
+            self.reward_health = RewardHealth(self.cfg.reward)
 
     def close(self) -> None:
         """Stop the grading workers."""
@@ -60,6 +68,21 @@ def total_steps(cfg: RunConfig, num_train: int) -> int:
     per_epoch = max(1, num_train // cfg.rollout.prompts_per_step)
     total = t.epochs * per_epoch
     return min(total, t.max_steps) if t.max_steps else total
+
+
+def _check_memory(cfg: RunConfig, ctx: ParallelContext, policy_dir: Path) -> None:
+    """On GPUs, before any model is built: refuse a memory plan that cannot fit this device
+    (:func:`fastrl.models.memory_plan.startup_check`); rank 0 logs the plan."""
+    if ctx.device.type != "cuda":
+        return
+    import logging
+
+    from fastrl.models.memory_plan import GIB, startup_check
+
+    device_gib = torch.cuda.get_device_properties(ctx.device).total_memory / GIB
+    plan = startup_check(cfg, ctx.world_size, device_gib, policy_dir)
+    if ctx.is_logging_rank:
+        logging.getLogger("fastrl.memory").info("%s", plan.format() if plan else f"memory plan: no counts in {policy_dir}")
 
 
 def build_parts(cfg: RunConfig, ctx: ParallelContext, run_dir: Path) -> RunParts:
@@ -78,6 +101,8 @@ def build_parts(cfg: RunConfig, ctx: ParallelContext, run_dir: Path) -> RunParts
     )
     train = list(train_split.records)
     policy_dir, start_metrics = prepare_policy_dir(cfg, rank=ctx.rank, train=train)
+    _check_memory(cfg, ctx, policy_dir)
+    train, val = _filter_long_prompts(cfg, policy_dir, train_split, val_split)
     ckpt = cfg.model.megatron_checkpoint
 
     def policy(trainable: bool):
@@ -98,23 +123,52 @@ def build_parts(cfg: RunConfig, ctx: ParallelContext, run_dir: Path) -> RunParts
         temperature=ro.temperature if ro.temperature > 0 else 1.0,
     )
     reference = policy(False) if (alg.use_kl_loss and alg.kl_coef > 0 or alg.kl_in_reward) else None
-    engine = _build_engine(cfg, policy_dir)
+    engine = _build_engine(cfg, policy_dir, ctx.device)
     if ckpt:
         refit(engine, actor)  # the engine starts from the imported weights, not the HF directory's
     scorer = RewardScorer(cfg.reward.name, num_workers=cfg.reward.num_workers, timeout_s=cfg.reward.timeout_s)
     prompts = PromptSource(train, template=d.template, tokenizer=engine.tokenizer, image_size=d.prompt_image_size)
     return RunParts(
-        cfg=cfg, ctx=ctx, run_dir=run_dir, policy_dir=policy_dir, prompts=prompts, val=list(val_split.records),
+        cfg=cfg, ctx=ctx, run_dir=run_dir, policy_dir=policy_dir, prompts=prompts, val=val,
         actor=actor, reference=reference, engine=engine, scorer=scorer, timer=timer,
-        data_metrics=train_split.report.as_metrics(), start_metrics=start_metrics,
+        data_metrics={
+            **train_split.report.as_metrics(),
+            "data/val_prompts_filtered_too_long": val_split.report.prompts_filtered_too_long,
+        },
+        start_metrics=start_metrics,
     )
 
 
-def _build_engine(cfg: RunConfig, policy_dir: Path):
+def _filter_long_prompts(cfg: RunConfig, policy_dir: Path, train_split, val_split) -> tuple[list[Record], list[Record]]:
+    """``rollout.max_prompt_length`` at load: the training and validation records whose prompt (chat
+    template and image tokens included, with the policy's tokenizer) fits; the counts go to the
+    splits' reports (start-up metrics ``data/prompts_filtered_too_long``,
+    ``data/val_prompts_filtered_too_long``) and the log."""
+    from transformers import AutoTokenizer
+
+    from fastrl.data import DataError
+    from fastrl.training.prompting import filter_long_prompts_at_load
+
+    tokenizer = AutoTokenizer.from_pretrained(policy_dir)
+    common = dict(data=cfg.data, max_prompt_length=cfg.rollout.max_prompt_length, tokenizer=tokenizer)
+    train = filter_long_prompts_at_load(train_split.records, train_split.report, what="training data", **common)
+    val = filter_long_prompts_at_load(val_split.records, val_split.report, what="validation data", **common)
+    if not train:
+        raise DataError(
+            f"every training prompt is longer than rollout.max_prompt_length={cfg.rollout.max_prompt_length} "
+            "tokens (image tokens included); raise it or lower data.max_pixels"
+        )
+    return train, val
+
+
+def _build_engine(cfg: RunConfig, policy_dir: Path, device: torch.device):
+    """This rank's engine, on this rank's device (``cuda:<LOCAL_RANK>`` under NCCL, else the CPU), with
+    the run's image-processor bounds (the trainer's prompt inputs come from the engine's processor)."""
+    placement = dict(device=device, min_pixels=cfg.data.min_pixels, max_pixels=cfg.data.max_pixels)
     if cfg.rollout.engine == "vllm":
         from fastrl.rollout.vllm_engine import VLLMRolloutEngine
 
-        return VLLMRolloutEngine.from_pretrained(policy_dir, cfg.rollout)
+        return VLLMRolloutEngine.from_pretrained(policy_dir, cfg.rollout, **placement)
     from fastrl.rollout.hf_engine import HFRolloutEngine
 
-    return HFRolloutEngine.from_pretrained(policy_dir, cfg.rollout)
+    return HFRolloutEngine.from_pretrained(policy_dir, cfg.rollout, **placement)

@@ -1,6 +1,7 @@
 """The Hugging Face directory a run starts from, as the recipe chose it.
 
-- ``model.source='hf'``: ``model.hf_path`` as it is.
+- ``model.source='hf'``: ``model.hf_path``, a local directory or a hub id resolved to its snapshot in the
+  Hugging Face cache (:func:`fastrl.models.hub.resolve_model_dir`).
 - ``model.source='tiny'``: the small random Qwen2.5-VL-architecture model described by the
   ``model.tiny_*`` fields, built once into the cache (rank 0), then, with ``warm_start.enabled``,
   its supervised warm start (cached by a key of everything it depends on).
@@ -26,12 +27,34 @@ def cache_dir(cfg: RunConfig) -> Path:
     return Path(cfg.data.cache_dir) if cfg.data.cache_dir else default_cache_dir()
 
 
+def hf_policy_dir(hf_path: str, *, rank: int) -> Path:
+    """``model.hf_path`` (a local directory or a hub id) as a local directory, on every rank.
+
+    Rank 0 resolves first (it may download into the hub cache, see :mod:`fastrl.models.hub`); its
+    error, if any, is raised on every rank, so that no rank waits for a model that will not come.
+    Then each rank resolves in its own cache (a look-up when the cache is on shared storage).
+    Collective.
+    """
+    from fastrl.models.hub import ModelNotAvailableError, resolve_model_dir
+
+    error = None
+    if rank == 0:
+        try:
+            resolve_model_dir(hf_path)
+        except ModelNotAvailableError as err:
+            error = str(err)
+    error = world.broadcast_object(error)
+    if error is not None:
+        raise ModelNotAvailableError(error)
+    return resolve_model_dir(hf_path)
+
+
 def prepare_policy_dir(cfg: RunConfig, *, rank: int, train: Sequence[Record]) -> tuple[Path, dict[str, float]]:
     """The run's starting Hugging Face directory and the start-up metrics of building it
     (the warm start's, when one ran). Collective (every rank gets rank 0's directory)."""
     m = cfg.model
     if m.source == "hf":
-        return Path(m.hf_path), {}
+        return hf_policy_dir(m.hf_path, rank=rank), {}
     from fastrl.models.tiny import build_tiny_hf_model_dir, tiny_model_settings
 
     d = cfg.data

@@ -13,8 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fastrl.data import Record, ResumableSampler, render_prompt
-from fastrl.data.images import record_images
+from fastrl.config import DataConfig
+from fastrl.data import LoadReport, Record, ResumableSampler, render_prompt
+from fastrl.data.images import image_token_count, record_image_sizes, record_images
+from fastrl.data.prompts import filter_records_by_length, prompt_renderer
 from fastrl.rollout.engine import RolloutPrompt
 
 IMAGE_MARKER = "<image>"
@@ -58,6 +60,43 @@ def record_prompts(
 ) -> list[RolloutPrompt]:
     """:func:`record_prompt` for each record."""
     return [record_prompt(r, template=template, tokenizer=tokenizer, image_size=image_size) for r in records]
+
+
+def prompt_length(
+    record: Record, *, template: str, tokenizer: Any, image_size: int | None, min_pixels: int, max_pixels: int
+) -> int:
+    """Tokens of ``record``'s chat prompt as the model sees it: text tokens plus each image's tokens
+    after the processor's resize into ``[min_pixels, max_pixels]`` (Qwen2.5-VL: one token per 28 x 28
+    pixels), computed from the image headers without processing pixels."""
+    sizes = record_image_sizes(record, square_size=image_size) if record.images else []
+    text = chat_prompt_text(tokenizer, render_prompt(template, record), len(sizes))
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    # each image placeholder token expands into the image's tokens
+    extra = sum(image_token_count(w, h, min_pixels=min_pixels, max_pixels=max_pixels) - 1 for w, h in sizes)
+    return len(ids) + extra
+
+
+def filter_long_prompts_at_load(
+    records: Sequence[Record], report: LoadReport | None, *, data: DataConfig, max_prompt_length: int,
+    tokenizer: Any, what: str,
+) -> list[Record]:
+    """``rollout.max_prompt_length``: the records whose :func:`prompt_length` fits, counted in
+    ``report`` (metric ``data/prompts_filtered_too_long``) and logged. Text token counts are
+    memoized per rendered prompt (datasets such as easy-vqa repeat few question texts)."""
+    text_tokens: dict[tuple[str, int], int] = {}
+    render = prompt_renderer(data.template)
+
+    def length(record: Record) -> int:
+        sizes = record_image_sizes(record, square_size=data.prompt_image_size) if record.images else []
+        key = (render(record), len(sizes))
+        if key not in text_tokens:
+            text = chat_prompt_text(tokenizer, key[0], key[1])
+            text_tokens[key] = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+        return text_tokens[key] + sum(
+            image_token_count(w, h, min_pixels=data.min_pixels, max_pixels=data.max_pixels) - 1 for w, h in sizes
+        )
+
+    return filter_records_by_length(records, length, max_prompt_length, report=report, what=what)
 
 
 @dataclass(frozen=True)

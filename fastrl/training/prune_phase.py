@@ -3,6 +3,7 @@ geometry, the optional bucket-size weights, and the re-partition of the kept rol
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import torch
@@ -12,17 +13,22 @@ from fastrl.algorithms.prune_weights import bucket_size_weights
 from fastrl.algorithms.pruning import PruneResult
 from fastrl.batch import PolicyBatch
 from fastrl.config import RunConfig
+from fastrl.distributed import collectives
 from fastrl.distributed.dp_pruning import (
     DPPruneOutcome,
     LocalPruningInputs,
+    concat_batches,
     dp_global_prune,
     repartition,
     scale_local_advantages,
 )
-from fastrl.training.geometry import refill_multiple, trim_to_multiple, whole_micro_batches
-from fastrl.training.pruner import select_rollouts
-from fastrl.training.rollout_batch import ScoredRollouts
+from fastrl.distributed.dp_pruning import repartition_kept as repartition_global_mask
+from fastrl.training.geometry import fit_to_micro_batches, refill_multiple, whole_micro_batches
+from fastrl.training.pruner import keep_all, select_rollouts
+from fastrl.training.rollout_batch import ScoredRollouts, padding_rows
 from fastrl.training.seeds import derive_seed
+
+logger = logging.getLogger("fastrl.trainer")
 
 Metrics = dict[str, float]
 
@@ -35,17 +41,26 @@ class PruneOutcome:
         dp: the gathered inputs and the keep mask, identical on every DP rank.
         result: the pruner's :class:`PruneResult` (after trimming to whole micro-batches).
         weights: float [N] per-rollout advantage weights (``pruning.weighting='bucket_size'``) or None.
+        padding: zero-weight rows added at the re-partition so that a kept set smaller than
+            ``dp_size x micro_batch_size`` (a short DAPO batch) fills one micro-batch per DP rank
+            (:func:`~fastrl.training.geometry.fit_to_micro_batches`); 0 otherwise.
     """
 
     dp: DPPruneOutcome
     result: PruneResult
     weights: torch.Tensor | None
+    padding: int = 0
 
 
 def prune(
     cfg: RunConfig, scored: ScoredRollouts, batch: PolicyBatch, *, step: int, n: int, dp_size: int
 ) -> tuple[PruneOutcome, Metrics]:
-    """DP-global pruning: gather the metadata over DP, run the same selection on every rank."""
+    """DP-global pruning: gather the metadata over DP, run the same selection on every rank.
+
+    A global batch smaller than ``dp_size x micro_batch_size`` (a DAPO step that collected few
+    informative groups) is neither pruned nor trimmed: every rollout is kept and the re-partition
+    pads it with zero-weight rows (``PruneOutcome.padding``, metric ``prune/num_padding``).
+    """
     pc = cfg.pruning
     multiple = refill_multiple(cfg, dp_size, n)
     whole = whole_micro_batches(cfg, dp_size)
@@ -58,19 +73,31 @@ def prune(
         local = LocalPruningInputs(**common, responses=responses)
     generator = torch.Generator().manual_seed(derive_seed(pc.seed, step))
     m: Metrics = {}
+    padding = 0
 
     def select(g):
-        mult = whole if len(g) < multiple else multiple  # a short batch (DAPO): whole micro-batches
+        nonlocal padding
         resp = g.responses
         if resp is None:
             resp = ResponseSketch.from_tensors(g.signatures, g.response_lengths, ngram=pc.ngram, seed=0)
-        result = select_rollouts(pc, g.advantages.float(), g.group_ids, resp, multiple=mult, generator=generator)
-        result, dropped = trim_to_multiple(result, g.advantages, g.group_ids, whole)
+        if len(g) < whole:  # shorter than one micro-batch per rank (DAPO): keep all, pad
+            lengths = g.response_lengths if g.responses is None else torch.tensor([int(r.numel()) for r in resp])
+            result = keep_all(g.group_ids, lengths)
+        else:
+            mult = whole if len(g) < multiple else multiple  # a short batch (DAPO): whole micro-batches
+            result = select_rollouts(pc, g.advantages.float(), g.group_ids, resp, multiple=mult, generator=generator)
+        result, dropped, padding = fit_to_micro_batches(result, g.advantages, g.group_ids, whole)
         m["prune/dropped_for_geometry"] = float(dropped)
         return result
 
     outcome = dp_global_prune(local, select)
     result = outcome.result
+    if padding:
+        logger.warning(
+            "step %d: only %d rollouts are left for the update, fewer than dp_size x micro_batch_size = %d; "
+            "training on all of them, padded with %d zero-weight rows (response mask 0: no loss, no gradient) "
+            "so that every DP rank has a whole micro-batch", step, result.num_kept, whole, padding,
+        )
     m.update(result.metrics())
     kept_adv = outcome.inputs.advantages[outcome.keep].double()
     weights = None
@@ -86,7 +113,7 @@ def prune(
     m["prune/kept_advantage_mean"] = float(kept_adv.mean())
     if result.kept_tokens is not None:
         m["prune/kept_response_length_mean"] = result.kept_tokens / max(result.num_kept, 1)
-    return PruneOutcome(outcome, result, weights), m
+    return PruneOutcome(outcome, result, weights, padding), m
 
 
 def repartition_kept(batch: PolicyBatch, outcome: PruneOutcome) -> tuple[PolicyBatch, Metrics]:
@@ -94,5 +121,23 @@ def repartition_kept(batch: PolicyBatch, outcome: PruneOutcome) -> tuple[PolicyB
     loads, moving as few rollouts between ranks as a balanced partition allows."""
     if outcome.weights is not None:  # pruning.weighting: each rank scales its own rows first
         batch = scale_local_advantages(batch, outcome.dp, outcome.weights)
-    out = repartition(batch, outcome.dp)
+    out = repartition(batch, outcome.dp) if outcome.padding == 0 else _repartition_padded(batch, outcome)
     return out, {"prune/kept_rows_this_rank": float(len(out))}
+
+
+def _repartition_padded(batch: PolicyBatch, outcome: PruneOutcome) -> PolicyBatch:
+    """:func:`repartition` with ``outcome.padding`` zero-weight rows appended to the DP rank that
+    holds the most rollouts (the lowest such rank: the same choice on every rank), as if that rank
+    had generated them; the balanced re-partition then gives every rank the same count."""
+    inputs, keep = outcome.dp.inputs, outcome.dp.keep
+    ranks = collectives.dp_size()
+    counts = [int((inputs.owners == r).sum()) for r in range(ranks)]
+    host = max(range(ranks), key=lambda r: (counts[r], -r))
+    if collectives.dp_rank() == host:
+        batch = concat_batches([batch, padding_rows(batch, outcome.padding)])
+    segments, offsets = [], [0]
+    for r in range(ranks):
+        pad = outcome.padding if r == host else 0
+        segments.append(torch.cat([keep[inputs.owners == r], torch.ones(pad, dtype=torch.bool)]))
+        offsets.append(offsets[-1] + counts[r] + pad)
+    return repartition_global_mask(batch, torch.cat(segments), offsets)

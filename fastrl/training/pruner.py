@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import torch
 
 import fastrl.algorithms as P
+from fastrl.algorithms.minhash import ResponseSketch, minhash_sketch
 from fastrl.config import PruningConfig
 
 
@@ -34,7 +35,7 @@ def select_rollouts(
     cfg: PruningConfig,
     advantages: torch.Tensor,
     group_ids: torch.Tensor,
-    responses: "Sequence[torch.Tensor] | ResponseSketch",
+    responses: Sequence[torch.Tensor] | ResponseSketch,
     *,
     multiple: int,
     generator: torch.Generator,
@@ -47,8 +48,6 @@ def select_rollouts(
         multiple: the kept count is refilled to a multiple of this (spec 2.3).
         generator: seeded generator of the random and advantage-only pruners.
     """
-    from fastrl.algorithms.minhash import ResponseSketch, minhash_sketch
-
     if isinstance(responses, ResponseSketch):
         lengths = torch.as_tensor(responses.to_tensors()[1], dtype=torch.long)
     else:

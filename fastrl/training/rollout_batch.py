@@ -13,6 +13,7 @@ import torch
 
 from fastrl.algorithms.filters import dynamic_sampling_keep
 from fastrl.batch import PolicyBatch
+from fastrl.config import ParallelConfig, PrecisionConfig
 from fastrl.rollout.engine import Rollouts
 
 
@@ -46,12 +47,41 @@ class ScoredRollouts:
         return torch.tensor(self.rollouts.lengths, dtype=torch.long)
 
 
-def to_policy_batch(scored: ScoredRollouts, rows: Sequence[int], *, pad_token_id: int) -> PolicyBatch:
+def sequence_multiple(precision: PrecisionConfig, parallel: ParallelConfig) -> int:
+    """The multiple every padded sequence length ``T`` of a step is rounded up to (1: none).
+
+    The one place this is chosen. Transformer Engine's FP8 GEMMs (``assert_dim_for_fp8_exec``) need
+    the product of an operand's leading dimensions divisible by 8 and its last dimension by 16; the
+    token dimension ``micro_batch_size x T`` is a leading dimension in the forward and data-gradient
+    GEMMs and the contracted (last) one in the weight-gradient GEMM, so ``T`` is padded to a multiple
+    of 16 (32 for the MXFP8 and blockwise recipes, whose scales cover blocks of 32 elements), which
+    holds for every micro-batch size. With sequence parallelism each TP rank holds ``T / TP`` of the
+    tokens, so the multiple is scaled by TP. Hidden dimensions are properties of the model
+    (Qwen2.5-VL's are multiples of 128). bf16 / fp32 runs are not padded.
+    """
+    if precision.mode != "fp8":
+        return 1
+    multiple = 32 if precision.fp8_recipe in ("mxfp8", "blockwise") else 16
+    if parallel.sequence_parallel:
+        multiple *= parallel.tensor_model_parallel_size
+    return multiple
+
+
+def to_policy_batch(
+    scored: ScoredRollouts, rows: Sequence[int], *, pad_token_id: int, pad_to_multiple: int = 1
+) -> PolicyBatch:
     """Rows ``rows`` of ``scored`` as right-padded ``[prompt | response | pad]`` model input.
+
+    ``T`` is the longest row rounded up to ``pad_to_multiple`` (:func:`sequence_multiple`); padding
+    columns hold ``pad_token_id`` with attention, response mask and log-probs off, so losses,
+    log-probs and KL see only real tokens (right padding never changes a real token's causal
+    attention).
 
     Tensors: ``advantages`` float32 [N], ``engine_log_probs`` float32 [N, T] (aligned with
     ``input_ids``: column ``t`` is the log-prob of token ``t``; 0 outside responses), ``group_ids``.
     """
+    if pad_to_multiple < 1:
+        raise ValueError(f"pad_to_multiple must be >= 1, got {pad_to_multiple}")
     ro = scored.rollouts
     seqs, starts, pixels, grids = [], [], [], []
     for r in rows:
@@ -62,6 +92,7 @@ def to_policy_batch(scored: ScoredRollouts, rows: Sequence[int], *, pad_token_id
         pixels.append(p.pixel_values)
         grids.append(p.image_grid_thw)
     longest = max(int(s.numel()) for s in seqs)
+    longest = -(-longest // pad_to_multiple) * pad_to_multiple
     n = len(seqs)
     ids = torch.full((n, longest), pad_token_id, dtype=torch.long)
     attn = torch.zeros((n, longest), dtype=torch.bool)
@@ -85,6 +116,24 @@ def to_policy_batch(scored: ScoredRollouts, rows: Sequence[int], *, pad_token_id
         image_grid_thw=grids if has_images else None,
         tensors=tensors,
     )
+
+
+def padding_rows(batch: PolicyBatch, count: int) -> PolicyBatch:
+    """``count`` zero-weight rows to pad ``batch`` to whole micro-batches: copies of its row 0
+    (real tokens, so the forward pass sees an ordinary sequence) with the response mask all False
+    and the advantages (when present) 0, so they add nothing to any loss term, denominator or
+    gradient. Other per-rollout tensors (log-probs, group ids) are copied.
+
+    Raises:
+        ValueError: ``batch`` is empty or ``count < 1``.
+    """
+    if len(batch) == 0 or count < 1:
+        raise ValueError(f"cannot make {count} padding rows from a batch of {len(batch)} rollouts")
+    rows = batch.select([0] * count)
+    tensors = dict(rows.tensors)
+    if "advantages" in tensors:
+        tensors["advantages"] = torch.zeros_like(tensors["advantages"])
+    return replace(rows, response_mask=torch.zeros_like(rows.response_mask), tensors=tensors)
 
 
 def with_advantages(scored: ScoredRollouts, advantages: torch.Tensor) -> ScoredRollouts:

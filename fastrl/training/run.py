@@ -4,28 +4,39 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import time
+from pathlib import Path
 
 from fastrl.config import RunConfig
 
 
-def _setup_logging(rank: int) -> None:
+def log_file(config: RunConfig) -> Path:
+    """This process's log file: ``RUN_DIR/train.log`` on rank 0 (everything it prints),
+    ``RUN_DIR/train.rank<R>.log`` on the others (their warnings and errors). ``fastrl.train``
+    appends the traceback of an error after start-up to it."""
+    rank = int(os.environ.get("RANK", "0"))
+    return config.run_dir / ("train.log" if rank == 0 else f"train.rank{rank}.log")
+
+
+def _setup_logging(rank: int, file: Path | None = None) -> None:
     level = logging.INFO if rank == 0 else logging.WARNING
-    logging.basicConfig(
-        level=level, format=f"%(asctime)s [rank {rank}] %(name)s: %(message)s", datefmt="%H:%M:%S", stream=sys.stdout
-    )
+    fmt = f"%(asctime)s [rank {rank}] %(name)s: %(message)s"
+    logging.basicConfig(level=level, format=fmt, datefmt="%H:%M:%S", stream=sys.stdout)
     for noisy in ("megatron", "transformers", "megatron.bridge", "torch.distributed"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-
-
-def _export_launch_env() -> None:
-    """Under srun or mpirun, set the ``env://`` variables torch.distributed reads (torchrun sets them)."""
-    from fastrl.distributed.launch import export_torch_env, launch_info_from_env
-
-    info = launch_info_from_env()
-    if info.launcher in ("slurm", "mpi"):
-        export_torch_env(info)
+    if file is not None:  # the run's log file (appended: a chained run's stages share it)
+        root = logging.getLogger()
+        for old in [h for h in root.handlers if getattr(h, "_fastrl_run_log", False)]:
+            root.removeHandler(old)
+            old.close()
+        file.parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(file, mode="a", encoding="utf-8")
+        handler.setLevel(level)
+        handler.setFormatter(logging.Formatter(fmt, datefmt="%Y-%m-%d %H:%M:%S"))
+        handler._fastrl_run_log = True  # type: ignore[attr-defined]
+        root.addHandler(handler)
 
 
 def run(config: RunConfig) -> int:
@@ -34,24 +45,20 @@ def run(config: RunConfig) -> int:
     Exit code 0: finished, the stage budget was reached, or a stop signal was honoured after a
     save. Errors propagate (non-zero exit), so a chained Slurm run stops.
     """
-    import os
+    from fastrl.distributed.session import distributed_session, export_launch_env
 
-    _export_launch_env()
-    _setup_logging(int(os.environ.get("RANK", "0")))
-    from fastrl.distributed import parallel_state
-    from fastrl.distributed.launch import finalize_mpi
+    export_launch_env()
+    _setup_logging(int(os.environ.get("RANK", "0")), log_file(config))
     from fastrl.training.trainer import Trainer, set_torch_threads
 
     start = time.time()
     set_torch_threads(config)
-    ctx = parallel_state.initialize(config.parallel, seed=config.trainer.seed)
-    trainer = Trainer(config, ctx)
-    try:
-        summary = trainer.fit()
-    finally:
-        trainer.close()
-    parallel_state.destroy()
-    finalize_mpi()
+    with distributed_session(config.parallel, seed=config.trainer.seed) as ctx:
+        trainer = Trainer(config, ctx)
+        try:
+            summary = trainer.fit()
+        finally:
+            trainer.close()
     if trainer.ctx.is_logging_rank:
         log = logging.getLogger("fastrl.train")
         summary["wall_seconds"] = time.time() - start

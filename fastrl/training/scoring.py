@@ -1,4 +1,5 @@
-"""Phases 3-4 of a step: rewards, DAPO dynamic sampling, group advantages."""
+"""Phases 3-4 of a step: rewards, DAPO dynamic sampling, the KL penalty in the reward
+(``algorithm.kl_in_reward``), group advantages."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ import torch
 
 from fastrl.algorithms.advantages import grpo_advantages, rloo_advantages
 from fastrl.algorithms.filters import overlong_penalty
+from fastrl.algorithms.kl_penalty import kl_penalized_rewards
+from fastrl.batch import PolicyBatch
 from fastrl.config import AlgorithmConfig, RunConfig
 from fastrl.distributed import collectives, world
 from fastrl.rollout.engine import Rollouts
 from fastrl.training.prompting import PromptBatch
+from fastrl.training.reward_health import RewardHealth
 from fastrl.training.rollout_batch import (
     ScoredRollouts,
     concat_scored,
@@ -28,14 +32,21 @@ logger = logging.getLogger("fastrl.trainer")
 Metrics = dict[str, float]
 
 
-def score(scorer, prompts: PromptBatch, rollouts: Rollouts, cfg: RunConfig) -> tuple[ScoredRollouts, Metrics]:
+def score(
+    scorer, prompts: PromptBatch, rollouts: Rollouts, cfg: RunConfig, *, health: RewardHealth | None = None
+) -> tuple[ScoredRollouts, Metrics]:
     """Grade every rollout (invalid where the grader failed) and apply DAPO's overlong shaping.
+
+    Args:
+        health: counts the invalid results of the step (closed by ``health.end_step``).
 
     Returns:
         The scored rollouts and the engine's and scorer's metrics.
     """
     truths = [prompts[i][1].answer for i in rollouts.prompt_index]
     results = scorer.score(rollouts.response_texts, truths)
+    if health is not None:
+        health.observe(results)
     valid = torch.tensor([r.valid for r in results])
     rewards = torch.tensor([r.overall if r.valid else 0.0 for r in results], dtype=torch.float32)
     accuracy = torch.tensor([r.accuracy if r.valid else 0.0 for r in results], dtype=torch.float32)
@@ -67,14 +78,17 @@ def dynamic_sampling(
     target = num_groups(scored)
     total_groups = target
     collected = filter_informative(scored)
+    generated = [scored]
     rounds = 0
     while world.any_rank(num_groups(collected) < target) and rounds < alg.max_dynamic_sampling_rounds:
         rounds += 1
         extra, drawn = more(rounds)
         total_groups += drawn
+        generated.append(extra)
         collected = concat_scored(collected, filter_informative(extra))
     have = num_groups(collected)
     metrics = {"dapo/extra_rounds": float(rounds), "dapo/informative_group_fraction": have / max(total_groups, 1)}
+    metrics.update(generated_view(generated))
     if world.any_rank(have < target):
         logger.warning(
             "step %d: DAPO dynamic sampling found %d of %d informative groups on this rank after %d extra "
@@ -89,14 +103,77 @@ def dynamic_sampling(
     return select_scored(collected, [r for r, g in enumerate(ids) if g in wanted]), metrics
 
 
-def compute_advantages(scored: ScoredRollouts, alg: AlgorithmConfig) -> tuple[ScoredRollouts, Metrics]:
+def generated_view(rounds: list[ScoredRollouts]) -> Metrics:
+    """DAPO's generated view, over every round and every DP rank, before the filter: the mean
+    reward and accuracy of the valid graded rollouts (``reward/generated_mean``,
+    ``accuracy/generated_mean``) and the rollouts generated (``rollout/generated_rows``). The
+    kept view is ``reward/mean`` and ``accuracy/mean`` (:func:`compute_advantages`), over the
+    groups the update trains on."""
+    valid = torch.cat([r.valid for r in rounds])
+    rewards = torch.cat([r.rewards for r in rounds])[valid]
+    accuracy = torch.cat([r.accuracy for r in rounds])[valid]
+    rows = collectives.all_reduce_sum_dp(torch.tensor([float(valid.numel())], dtype=torch.float64))
+    return {
+        "reward/generated_mean": global_mean_std(rewards)[0],
+        "accuracy/generated_mean": global_mean_std(accuracy)[0],
+        "rollout/generated_rows": float(rows[0]),
+    }
+
+
+def kl_in_reward(scored: ScoredRollouts, batch: PolicyBatch, alg: AlgorithmConfig) -> tuple[torch.Tensor, Metrics]:
+    """The rewards the advantages see with ``algorithm.kl_in_reward``: each task reward minus
+    ``kl_coef x`` the sum over its response of the per-token ``kl_estimator`` KL between the old and
+    the reference policy (EasyR1/verl ``apply_kl_penalty``; :func:`fastrl.algorithms.kl_penalty.kl_penalized_rewards`).
+
+    Args:
+        scored: the step's full batch (after DAPO filtering), before advantages.
+        batch: the same rows, in the same order, with ``old_log_probs`` and ``ref_log_probs``.
+
+    Returns:
+        float32 [R] penalized rewards, and DP-global metrics over the valid rollouts:
+        ``kl_penalty/mean`` (the mean of ``kl_coef x sum_t kl_t``, what was subtracted from the
+        reward), ``kl_penalty/sequence_kl_mean``, ``kl_penalty/token_kl_mean`` (per response token)
+        and ``reward/penalized_mean``.
+
+    Raises:
+        KeyError: the batch has no reference log-probs.
+    """
+    t = batch.tensors
+    missing = [k for k in ("old_log_probs", "ref_log_probs") if k not in t]
+    if missing:
+        raise KeyError(f"algorithm.kl_in_reward needs {missing} on the full batch before the advantages")
+    out = kl_penalized_rewards(
+        scored.rewards, t["old_log_probs"], t["ref_log_probs"], batch.response_mask,
+        kl_coef=alg.kl_coef, estimator=alg.kl_estimator,
+    )
+    v = scored.valid
+    tokens = batch.response_mask[v].sum().double()
+    sums = collectives.all_reduce_sum_dp(torch.stack([out.token_kl[v].double().sum(), tokens]))
+    return out.rewards, {
+        "kl_penalty/mean": global_mean_std(out.penalty[v])[0],
+        "kl_penalty/sequence_kl_mean": global_mean_std(out.sequence_kl[v])[0],
+        "kl_penalty/token_kl_mean": float(sums[0]) / max(float(sums[1]), 1.0),
+        "reward/penalized_mean": global_mean_std(out.rewards[v])[0],
+    }
+
+
+def compute_advantages(
+    scored: ScoredRollouts, alg: AlgorithmConfig, *, rewards: torch.Tensor | None = None
+) -> tuple[ScoredRollouts, Metrics]:
     """Group-relative advantages of the full batch (GRPO / Dr. GRPO / RLOO; invalid rewards
-    excluded from the statistics), and the DP-global reward, accuracy and advantage statistics."""
+    excluded from the statistics), and the DP-global reward, accuracy and advantage statistics.
+
+    Args:
+        rewards: float [R], the rewards to compute the advantages from when they are not the task
+            rewards (``algorithm.kl_in_reward``: :func:`kl_in_reward`); ``reward/*`` metrics stay
+            those of the task rewards.
+    """
+    r = scored.rewards if rewards is None else rewards
     if alg.advantage_estimator == "rloo":
-        adv = rloo_advantages(scored.rewards, scored.group_ids, valid=scored.valid)
+        adv = rloo_advantages(r, scored.group_ids, valid=scored.valid)
     else:
         adv = grpo_advantages(
-            scored.rewards, scored.group_ids, eps=alg.adv_eps, unbiased=alg.std_unbiased,
+            r, scored.group_ids, eps=alg.adv_eps, unbiased=alg.std_unbiased,
             scale=alg.advantage_estimator == "grpo", valid=scored.valid,
         )
     scored = with_advantages(scored, adv)

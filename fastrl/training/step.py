@@ -8,16 +8,25 @@ policy batch -> update; each phase returns its value and its metrics. The math l
 
 from __future__ import annotations
 
+import logging
+import math
 from dataclasses import dataclass
 
 from fastrl.checkpoint.train_state import TrainState
+from fastrl.data import ResumableSampler
 from fastrl.training.generation import generate, group_size, prompts_this_step
 from fastrl.training.parts import RunParts
 from fastrl.training.prune_phase import prune, repartition_kept
-from fastrl.training.rollout_batch import ScoredRollouts, to_policy_batch
-from fastrl.training.scoring import compute_advantages, dynamic_sampling, score
+from fastrl.training.rollout_batch import ScoredRollouts, sequence_multiple, to_policy_batch
+from fastrl.training.scoring import compute_advantages, dynamic_sampling, kl_in_reward, score
 from fastrl.training.seeds import derive_seed
 from fastrl.training.update_phase import add_log_probs, refit, update_policy
+
+logger = logging.getLogger("fastrl.trainer")
+
+#: Round metrics that are counts: DAPO's extra rounds add to the first round's (the rest are the first round's).
+_ROUND_COUNTS = ("rollout/generated_tokens", "rollout/time_s")
+_ROUND_COUNT_PREFIXES = ("reward/num_",)
 
 
 @dataclass(frozen=True)
@@ -44,31 +53,52 @@ def train_step(run: RunParts, state: TrainState, step: int) -> StepOutput:
     def rollout_round(round_index: int, seed: int) -> tuple[ScoredRollouts, dict[str, float], int]:
         nonlocal epochs
         with timer.phase("gen"):                                             # 2. rollout
+            drawn_before = state.sampler.epochs_drawn
             prompts = run.prompts.next_batch(
                 state.sampler, count, dp_size=ctx.dp_size, dp_rank=ctx.dp_rank, round_index=round_index
             )
             epochs += prompts.epochs_completed
+            m.update(_check_epochs(state.sampler, drawn_before, cfg.trainer.epochs, step, round_index, ctx.is_logging_rank))
             rollouts = generate(
                 run.engine, run.prompts, prompts.items, n, rollout=cfg.rollout, seed=seed, dp_rank=ctx.dp_rank
             )
         with timer.phase("reward"):                                          # 3. rewards
-            scored, metrics = score(run.scorer, prompts, rollouts, cfg)
+            scored, metrics = score(run.scorer, prompts, rollouts, cfg, health=run.reward_health)
         return scored, metrics, len(prompts)
+
+    def extra_round(round_index: int) -> tuple[ScoredRollouts, int]:
+        scored, metrics, drawn = rollout_round(round_index, derive_seed(step, round_index))
+        _add_round_counts(m, metrics)
+        return scored, drawn
+
+    def policy_batch(scored: ScoredRollouts):
+        return to_policy_batch(
+            scored, range(len(scored)), pad_token_id=run.engine.pad_token_id,
+            pad_to_multiple=sequence_multiple(cfg.precision, cfg.parallel),      # FP8-safe shapes
+        )
 
     scored, metrics, _ = rollout_round(0, step)
     m.update(metrics)
-    scored, metrics = dynamic_sampling(                                      # DAPO filter (+ rounds)
-        scored, alg=cfg.algorithm, step=step, more=lambda r: _drop_metrics(rollout_round(r, derive_seed(step, r)))
-    )
+    scored, metrics = dynamic_sampling(scored, alg=cfg.algorithm, step=step, more=extra_round)  # DAPO filter (+ rounds)
     m.update(metrics)
-    scored, metrics = compute_advantages(scored, cfg.algorithm)              # 4. advantages, full batch
-    m.update(metrics)
-    batch = to_policy_batch(scored, range(len(scored)), pad_token_id=run.engine.pad_token_id)
+    m.update(run.reward_health.end_step(step, final=step >= state.total_steps))  # invalid rewards: stop?
     mbs = cfg.parallel.micro_batch_size
     early = cfg.logprobs_before_pruning
-    if early:                                                                # (old/ref before pruning)
+    if early:                                                                # old/ref on the full batch,
+        batch = policy_batch(scored)                                         # before the advantages
         batch, metrics = add_log_probs(batch, run.actor, run.reference, micro_batch_size=mbs, phase=timer.phase)
         m.update(metrics)
+        rewards = None
+        if cfg.algorithm.kl_in_reward:                                       # reward - beta x sum_t KL_t
+            rewards, metrics = kl_in_reward(scored, batch, cfg.algorithm)
+            m.update(metrics)
+        scored, metrics = compute_advantages(scored, cfg.algorithm, rewards=rewards)  # 4. advantages
+        m.update(metrics)
+        batch = batch.with_tensors(advantages=scored.advantages.float())
+    else:
+        scored, metrics = compute_advantages(scored, cfg.algorithm)          # 4. advantages, full batch
+        m.update(metrics)
+        batch = policy_batch(scored)
     with timer.phase("prune"):                                               # 5-7. DP-global pruning,
         outcome, metrics = prune(cfg, scored, batch, step=step, n=n, dp_size=ctx.dp_size)  # refill,
         m.update(metrics)
@@ -86,5 +116,29 @@ def train_step(run: RunParts, state: TrainState, step: int) -> StepOutput:
     return StepOutput(m, epochs)
 
 
-def _drop_metrics(out: tuple[ScoredRollouts, dict[str, float], int]) -> tuple[ScoredRollouts, int]:
-    return out[0], out[2]
+def _add_round_counts(m: dict[str, float], extra: dict[str, float]) -> None:
+    """Add an extra DAPO round's counts (rows scored, invalid, generated tokens, generation time) to
+    the step's, so that they cover every round; recompute the generation throughput."""
+    for k, v in extra.items():
+        if k in _ROUND_COUNTS or k.startswith(_ROUND_COUNT_PREFIXES):
+            m[k] = m.get(k, 0.0) + v
+    if m.get("rollout/time_s", 0.0) > 0 and "rollout/tokens_per_s" in m:
+        m["rollout/tokens_per_s"] = m["rollout/generated_tokens"] / m["rollout/time_s"]
+
+
+def _check_epochs(
+    sampler: ResumableSampler, drawn_before: float, epochs: int, step: int, round_index: int, log: bool
+) -> dict[str, float]:
+    """``data/epochs_drawn`` once the prompt sampler is past ``trainer.epochs`` (DAPO's extra rounds
+    draw prompts the step count did not budget for, so the sampler wraps into another epoch and
+    reuses prompts), with a warning whenever a draw enters a new epoch there; nothing before."""
+    drawn = sampler.epochs_drawn
+    if drawn <= epochs:
+        return {}
+    if log and (drawn_before <= epochs or math.ceil(drawn_before) < math.ceil(drawn)):
+        logger.warning(
+            "step %d (generation round %d): the prompt sampler wrapped past trainer.epochs=%d (%.3f epochs of "
+            "prompts drawn): prompts are reused; DAPO's extra rounds (algorithm.max_dynamic_sampling_rounds) draw "
+            "prompts beyond what the step count budgets for", step, round_index, epochs, drawn,
+        )
+    return {"data/epochs_drawn": drawn}

@@ -15,6 +15,8 @@ from typing import Any
 import torch
 
 from fastrl.algorithms.adaptive_sampling import AdaptiveRolloutSampler
+from fastrl.checkpoint.config_diff import records_fingerprint
+from fastrl.checkpoint.signals import StopRequest
 from fastrl.checkpoint.train_state import TrainState
 from fastrl.config import RunConfig
 from fastrl.data import ResumableSampler
@@ -34,31 +36,44 @@ class Trainer:
 
     Raises:
         ConfigError: the update geometry does not fit the world size.
+
+    The stop signals (``stage.exit_signal`` and TERM) are caught from the start of the constructor
+    (a signal while the parts are built, e.g. during a long warm start, is honoured by
+    :meth:`fit` before its first step instead of killing the process) until :meth:`fit` returns.
     """
 
     def __init__(self, config: RunConfig, ctx: ParallelContext, *, run_dir: str | Path | None = None) -> None:
         self.cfg = config
         self.ctx = ctx
-        self.run_dir = Path(run_dir or Path(config.logging.output_dir) / (config.logging.run_name or config.recipe))
+        self.run_dir = Path(run_dir or config.run_dir)
         config.check_layout(ctx.world_size)
-        self.parts: RunParts = build_parts(config, ctx, self.run_dir)
+        self.stop = StopRequest((config.stage.exit_signal, "TERM")).install()
+        try:
+            self.parts: RunParts = build_parts(config, ctx, self.run_dir)
+        except BaseException:
+            self.stop.uninstall()
+            raise
+        records = self.parts.prompts.records
         self.state = TrainState(
-            sampler=ResumableSampler(len(self.parts.prompts.records), seed=config.data.shuffle_seed),
+            sampler=ResumableSampler(len(records), seed=config.data.shuffle_seed),
             ars=AdaptiveRolloutSampler(config.rollout.n, n_min=config.adaptive_sampling.n_min),
             scheduler=self.parts.actor.scheduler,
-            total_steps=total_steps(config, len(self.parts.prompts.records)),
+            total_steps=total_steps(config, len(records)),
+            data_fingerprint=records_fingerprint((r.question_id, r.problem, r.answer) for r in records),
         )
 
     def fit(self) -> dict[str, Any]:
         """Train until the run (or this Slurm stage) ends; returns a summary."""
-        from fastrl.checkpoint.signals import StopRequest
         from fastrl.training.loop import run_loop
 
-        with StopRequest((self.cfg.stage.exit_signal, "TERM")) as stop:
-            return run_loop(self.parts, self.state, stop)
+        try:
+            return run_loop(self.parts, self.state, self.stop)
+        finally:
+            self.stop.uninstall()
 
     def close(self) -> None:
-        """Stop the grading workers."""
+        """Stop the grading workers (and restore the signal handlers if :meth:`fit` did not run)."""
+        self.stop.uninstall()
         self.parts.close()
 
 

@@ -3,7 +3,9 @@
 Accuracy is the fraction of *valid* graded responses whose accuracy reaches the threshold; a
 response whose grading failed (timeout, grader error) is counted in ``val/invalid`` and left out.
 With ``val_n > 1`` responses per question, ``val/pass@k`` is the fraction of questions with at
-least one correct response and ``val/accuracy`` the mean over all responses.
+least one correct response and ``val/accuracy`` the mean over all responses; its standard error
+``val/accuracy_stderr`` is clustered by question (the ``n`` responses to one question are not
+independent), see :func:`summarize_validation`.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fastrl.data import Record
@@ -25,14 +27,29 @@ if TYPE_CHECKING:  # pragma: no cover
 def summarize_validation(
     records: Sequence[Record], results: Sequence[Any], n: int, *, threshold: float = 0.5
 ) -> dict[str, float]:
-    """Metrics from graded results (``len(results) == len(records) * n``, grouped per record)."""
+    """Metrics from graded results (``len(results) == len(records) * n``, grouped per record).
+
+    ``val/accuracy`` is ``p = C / M``, correct over valid responses. Its standard error is clustered
+    by question (the cluster-robust, CR0 / Liang-Zeger, standard error of a ratio mean): with
+    ``c_q`` correct of ``m_q`` valid responses to question ``q``,
+
+        SE = sqrt(sum_q (c_q - p m_q)^2) / M.
+
+    With equal ``m_q = n`` it is ``sqrt(mean_q (a_q - p)^2 / Q)``, the standard error of the mean of
+    the per-question accuracies ``a_q = c_q / n`` over the ``Q`` questions; with ``n = 1`` it is the
+    binomial ``sqrt(p (1 - p) / M)``. Treating the ``n`` responses of a question as independent
+    (that binomial formula with ``M = Q n``) understates it when questions differ in difficulty.
+    Questions without a valid response are left out.
+    """
     if len(results) != len(records) * n:
         raise ValueError(f"{len(results)} results for {len(records)} records x n={n}")
     correct_by_type: dict[str, list[float]] = defaultdict(list)
     rewards, formats, correct, invalid, passed = [], [], [], 0, 0
+    clusters: list[tuple[float, int]] = []  # (correct, valid) per question
     for i, record in enumerate(records):
         group = results[i * n : (i + 1) * n]
         any_correct = False
+        c_q, m_q = 0.0, 0
         for r in group:
             if not r.valid:
                 invalid += 1
@@ -40,10 +57,14 @@ def summarize_validation(
             ok = float(r.accuracy >= threshold)
             any_correct |= bool(ok)
             correct.append(ok)
+            c_q += ok
+            m_q += 1
             rewards.append(r.overall)
             formats.append(float(r.format > 0))
             correct_by_type[record.metadata.get("question_type", "all")].append(ok)
         passed += any_correct
+        if m_q:
+            clusters.append((c_q, m_q))
 
     def mean(xs: list[float]) -> float:
         return sum(xs) / len(xs) if xs else float("nan")
@@ -51,7 +72,9 @@ def summarize_validation(
     acc = mean(correct)
     out = {
         "val/accuracy": acc,
-        "val/accuracy_stderr": math.sqrt(acc * (1 - acc) / len(correct)) if correct else float("nan"),
+        "val/accuracy_stderr": (
+            math.sqrt(sum((c - acc * m) ** 2 for c, m in clusters)) / len(correct) if correct else float("nan")
+        ),
         "val/reward": mean(rewards),
         "val/format_rate": mean(formats),
         "val/invalid": float(invalid),
@@ -65,6 +88,18 @@ def summarize_validation(
     return out
 
 
+class ValidationStopped(Exception):
+    """:func:`validate` was stopped by its ``should_stop`` check before every chunk was decoded.
+
+    Attributes:
+        done / total: validation questions decoded and graded before the stop / in all.
+    """
+
+    def __init__(self, done: int, total: int) -> None:
+        super().__init__(f"validation stopped after {done} of {total} questions")
+        self.done, self.total = done, total
+
+
 def validate(
     engine: RolloutEngine,
     prompts: Sequence[RolloutPrompt],
@@ -75,6 +110,7 @@ def validate(
     n: int = 1,
     batch_prompts: int = 256,
     threshold: float = 0.5,
+    should_stop: Callable[[], bool] | None = None,
 ) -> dict[str, float]:
     """Decode ``n`` responses per validation prompt, grade them, and summarize.
 
@@ -83,12 +119,22 @@ def validate(
         prompts / records: the validation prompts and their records (same order).
         scorer: a :class:`fastrl.rewards.RewardScorer`.
         sampling: validation sampling (greedy when temperature is 0).
+        batch_prompts: prompts decoded per chunk.
+        should_stop: called before each chunk of ``batch_prompts`` prompts (in a multi-process
+            run it must give every rank the same answer, e.g. a MAX all-reduce of the stop flag).
+            When it returns True the validation is abandoned: nothing partial is returned (a
+            partial accuracy would be another question set's, not comparable with the best one).
+
+    Raises:
+        ValidationStopped: ``should_stop`` returned True before the last chunk.
     """
     if len(prompts) != len(records):
         raise ValueError(f"{len(prompts)} prompts for {len(records)} records")
     start = time.perf_counter()
     results = []
     for begin in range(0, len(prompts), batch_prompts):
+        if should_stop is not None and should_stop():
+            raise ValidationStopped(begin, len(prompts))
         chunk = prompts[begin : begin + batch_prompts]
         rollouts = engine.generate(chunk, n, sampling)
         truths = [records[begin + i].answer for i in rollouts.prompt_index]
@@ -98,9 +144,10 @@ def validate(
     return metrics
 
 
-def validate_policy(run: "RunParts") -> dict[str, float]:
+def validate_policy(run: "RunParts", should_stop: Callable[[], bool] | None = None) -> dict[str, float]:
     """:func:`validate` of the run's current policy on its validation records (``rollout.val_*``
-    sampling, a fixed seed: the same questions and sampling at every validation)."""
+    sampling, a fixed seed: the same questions and sampling at every validation); ``should_stop``
+    as there (raises :class:`ValidationStopped`)."""
     cfg = run.cfg
     sampling = SamplingParams.for_validation(cfg.rollout, seed=derive_seed(cfg.rollout.seed, 10**9))
     prompts = [run.prompts.prompt_of(r) for r in run.val]
@@ -108,7 +155,7 @@ def validate_policy(run: "RunParts") -> dict[str, float]:
     try:
         return validate(
             run.engine, prompts, run.val, run.scorer, sampling, n=cfg.rollout.val_n,
-            threshold=cfg.reward.accuracy_threshold,
+            threshold=cfg.reward.accuracy_threshold, should_stop=should_stop,
         )
     finally:
         run.engine.sleep()

@@ -63,3 +63,34 @@ def test_describe_lists_every_key(capsys):
     out = capsys.readouterr().out
     assert "pruning.similarity_threshold = 0.2" in out
     assert "Jaccard similarity threshold" in out
+
+
+def test_dry_run_refuses_config_holes(capsys):
+    # parallel.world_size=0 was a ZeroDivisionError; a micro-batch that divides the mini-batch at no
+    # world size passed --dry-run when parallel.world_size was not set.
+    assert main(["--recipe", "easyvqa_tiny_fastrl_grpo_cpu", "parallel.world_size=0", "--dry-run"]) == 2
+    assert "fastrl.train: config error: parallel.world_size must be >= 1" in capsys.readouterr().err
+    assert main(["--recipe", "easyvqa_tiny_fastrl_grpo_cpu", "parallel.micro_batch_size=48", "--dry-run"]) == 2
+    assert "parallel.micro_batch_size (48)" in capsys.readouterr().err
+    assert main(["--recipe", "easyvqa_tiny_fastrl_grpo_cpu", "reward.name=no_such_reward", "--dry-run"]) == 2
+    assert "reward.name='no_such_reward': unknown reward" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_error_after_start_up_is_one_line_and_names_the_log(tmp_path, monkeypatch, capsys, debug):
+    import fastrl.training.run as training_run
+
+    def failing_run(config):
+        raise RuntimeError("grader exploded\n  while grading step 3")
+
+    monkeypatch.setattr(training_run, "run", failing_run)
+    argv = ["--recipe", "easyvqa_tiny_fastrl_grpo_cpu", f"logging.output_dir={tmp_path}", "logging.run_name=r"]
+    assert main(argv + (["--debug"] if debug else [])) == 1
+    err = capsys.readouterr().err
+    log = tmp_path / "r" / "train.log"
+    assert "fastrl.train: error: RuntimeError: grader exploded while grading step 3\n" in err
+    assert f"fastrl.train: the full log with the traceback: {log}" in err
+    assert ("Traceback (most recent call last)" in err) == debug
+    assert ("--debug prints the traceback here" in err) == (not debug)
+    text = log.read_text()
+    assert "Traceback (most recent call last)" in text and "RuntimeError: grader exploded" in text

@@ -1,6 +1,7 @@
 """Config dataclasses: documentation, defaults, cross-field validation messages."""
 
 import dataclasses
+import re
 import typing
 
 import pytest
@@ -112,3 +113,100 @@ def test_update_multiple_is_lcm_of_mini_batch_and_dp_geometry():
 def test_hf_source_needs_path():
     with pytest.raises(ConfigError, match="model.hf_path"):
         cfg.ModelConfig(source="hf")
+
+
+# ---- holes found by fuzzing the overrides (tests/unit/test_config_fuzz.py) and by reading ----------
+
+_HOLES = [
+    # (recipe, overrides, message naming the key and the value)
+    ("easyvqa_tiny_fastrl_grpo_cpu", ["parallel.world_size=0"], "parallel.world_size must be >= 1 (or none: the launcher's), got 0"),
+    ("easyvqa_tiny_fastrl_grpo_cpu", ["parallel.world_size=-2"], "parallel.world_size must be >= 1"),
+    ("easyvqa_tiny_fastrl_grpo_cpu", ["parallel.micro_batch_size=48"],
+     "128 rollouts is not divisible by dp_size (1) x parallel.micro_batch_size (48) = 48 (at world size 1"),
+    ("easyvqa_tiny_fastrl_grpo_cpu", ["parallel.tensor_model_parallel_size=2", "parallel.micro_batch_size=3"],
+     "dp_size (1) x parallel.micro_batch_size (3) = 3 (at world size 2, the smallest for this TP x PP"),
+    ("easyvqa_tiny_fastrl_grpo_cpu", ["optimizer.lr=nan"], "optimizer.lr=nan is not a finite number"),
+    ("easyvqa_tiny_fastrl_grpo_cpu", ["optimizer.lr=inf"], "optimizer.lr=inf is not a finite number"),
+    ("easyvqa_tiny_fastrl_grpo_cpu", ["optimizer.lr=0"], "optimizer.lr must be > 0, got 0.0"),
+    ("easyvqa_tiny_fastrl_grpo_cpu", ["optimizer.lr=-1e-5"], "optimizer.lr must be > 0, got -1e-05"),
+    ("easyvqa_tiny_fastrl_grpo_cpu", ["optimizer.weight_decay=-1"], "optimizer.weight_decay must be >= 0, got -1.0"),
+    ("easyvqa_tiny_fastrl_grpo_cpu", ["optimizer.adam_beta2=1"], "optimizer.adam_beta2 must be in [0, 1), got 1.0"),
+    ("easyvqa_tiny_fastrl_grpo_cpu", ["optimizer.lr_warmup_steps=-1"], "optimizer.lr_warmup_steps must be >= 0, got -1"),
+    ("easyvqa_tiny_fastrl_grpo_cpu", ["rollout.top_k=-2"], "rollout.top_k must be >= 1, or -1 / 0 for off, got -2"),
+    ("easyvqa_tiny_fastrl_grpo_cpu", ["rollout.val_n=0"], "rollout.val_n must be >= 1, got 0"),
+    ("easyvqa_tiny_fastrl_grpo_cpu", ["rollout.val_temperature=-0.5"], "rollout.val_temperature must be >= 0, got -0.5"),
+    ("easyvqa_tiny_fastrl_grpo_cpu", ["rollout.temperature=inf"], "rollout.temperature=inf is not a finite number"),
+    ("easyvqa_tiny_fastrl_grpo_cpu", ["rollout.max_prompt_length=0"], "rollout.max_prompt_length must be >= 1, got 0"),
+    ("easyvqa_tiny_fastrl_grpo_cpu", ["model.tiny_num_attention_heads=0"], "model.tiny_num_attention_heads must be >= 1, got 0"),
+    ("easyvqa_tiny_fastrl_grpo_cpu", ["model.tiny_num_key_value_heads=0"], "model.tiny_num_key_value_heads must be >= 1, got 0"),
+    ("easyvqa_tiny_fastrl_grpo_cpu", ["model.tiny_hidden_size=48"], "= 12 must be a multiple of 8"),
+    ("easyvqa_tiny_fastrl_grpo_cpu", ["model.tiny_vision_hidden_size=48"], "model.tiny_vision_hidden_size (48) must be a multiple of 32"),
+    ("easyvqa_tiny_fastrl_grpo_cpu", ["model.seed=18446744073709551616"], "model.seed=18446744073709551616 must be a seed in [0, 2**32 - 1]"),
+    ("easyvqa_tiny_fastrl_grpo_cpu", ["data.shuffle_seed=-1"], "data.shuffle_seed=-1 must be a seed"),
+    ("easyvqa_tiny_fastrl_grpo_cpu", ["trainer.torch_threads=0"], "trainer.torch_threads must be >= 1, got 0"),
+    ("easyvqa_tiny_fastrl_grpo_cpu", ["algorithm.gspo_clip_low=-0.1"], "algorithm.gspo_clip_low must be in [0, 1), got -0.1"),
+    ("easyvqa_tiny_dapo_cpu", ["rollout.max_response_length=4"],
+     "algorithm.overlong_cache_length (8) must be <= rollout.max_response_length (4)"),
+    ("easyvqa_tiny_fastrl_grpo_cpu", ["reward.timeout_s=inf"], "reward.timeout_s=inf is not a finite number"),
+    ("easyvqa_tiny_fastrl_grpo_cpu", ["reward.accuracy_threshold=nan"], "reward.accuracy_threshold=nan is not a finite number"),
+    ("easyvqa_tiny_fastrl_grpo_cpu", ["reward.max_invalid_fraction=1.5"], "reward.max_invalid_fraction must be in [0, 1], got 1.5"),
+    ("easyvqa_tiny_fastrl_grpo_cpu", ["reward.max_invalid_steps=0"], "reward.max_invalid_steps must be >= 1, got 0"),
+    ("easyvqa_tiny_fastrl_grpo_cpu", ["reward.name=gео3k"], "reward.name='gео3k': unknown reward"),
+    ("easyvqa_tiny_fastrl_grpo_cpu", ["reward.name=/no/such/file.py:grade"], "reward.name='/no/such/file.py:grade': custom reward file"),
+    ("easyvqa_tiny_fastrl_grpo_cpu", ["data.template=no_such_template"], "data.template='no_such_template': unknown prompt template"),
+    ("easyvqa_tiny_fastrl_grpo_cpu", ["checkpoint.dir="], "checkpoint.dir='' is empty"),
+    ("easyvqa_tiny_fastrl_grpo_cpu", ["model.megatron_checkpoint= "], "model.megatron_checkpoint=' ' is empty"),
+    ("easyvqa_tiny_fastrl_grpo_cpu", ["stage.time_limit_s=nan"], "stage.time_limit_s=nan is not a finite number"),
+    ("easyvqa_tiny_fastrl_grpo_cpu", ["stage.max_steps=0"], "stage.max_steps must be >= 1 or none, got 0"),
+    ("easyvqa_tiny_fastrl_grpo_cpu", ["warm_start.batch_size=0"], "warm_start.batch_size must be >= 1, got 0"),
+    ("easyvqa_tiny_fastrl_grpo_cpu", ["data.max_train_samples=0"], "data.max_train_samples must be >= 1 or none, got 0"),
+]
+
+
+@pytest.mark.parametrize("recipe, overrides, message", _HOLES, ids=[" ".join(h[1]) for h in _HOLES])
+def test_holes_are_refused(recipe, overrides, message):
+    from fastrl.train import resolve_config
+
+    with pytest.raises(ConfigError) as err:
+        resolve_config(recipe, overrides)
+    assert message in str(err.value)
+
+
+def test_layout_is_checked_at_build_without_a_world_size():
+    # 16 prompts x n=8 = 128 rollouts: micro-batch 48 divides it at no world size.
+    with pytest.raises(ConfigError, match="parallel.world_size is not set"):
+        RunConfig(parallel=cfg.ParallelConfig(micro_batch_size=48), trainer=cfg.TrainerConfig(mini_batch_prompts=16),
+                  rollout=cfg.RolloutConfig(n=8, prompts_per_step=32))  # fmt: skip
+    # ... while one that fits some world size builds; the launcher's is checked at start-up.
+    config = RunConfig(parallel=cfg.ParallelConfig(micro_batch_size=64), trainer=cfg.TrainerConfig(mini_batch_prompts=16),
+                       rollout=cfg.RolloutConfig(n=8, prompts_per_step=32))  # fmt: skip
+    with pytest.raises(ConfigError, match=r"dp_size \(4\) x parallel.micro_batch_size \(64\)"):
+        config.check_layout(4)
+
+
+def test_every_float_field_refuses_nan_and_inf():
+    from fastrl.cli import apply_overrides
+
+    floats = [k for k, a in _leaf_annotations(RunConfig).items() if a in (float, float | None)]
+    assert "optimizer.lr" in floats and "stage.time_limit_s" in floats
+    for key in floats:
+        for value in ("nan", "inf", "-inf"):
+            with pytest.raises(ConfigError, match=re.escape(key)):
+                apply_overrides(RunConfig(), [f"{key}={value}"])
+
+
+def _leaf_annotations(cls, prefix=""):
+    out = {}
+    for f in dataclasses.fields(cls):
+        annotation = typing.get_type_hints(cls)[f.name]
+        if dataclasses.is_dataclass(annotation):
+            out.update(_leaf_annotations(annotation, f"{prefix}{f.name}."))
+        else:
+            out[prefix + f.name] = annotation
+    return out
+
+
+def test_reward_health_defaults_are_documented():
+    docs = field_docs()
+    assert RunConfig().reward.max_invalid_fraction == 0.5 and RunConfig().reward.max_invalid_steps == 3
+    assert "reward/invalid_fraction" in docs["reward.max_invalid_fraction"]

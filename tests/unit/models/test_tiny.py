@@ -12,14 +12,14 @@ from PIL import Image
 from safetensors.torch import load_file
 
 from fastrl.config import ModelConfig
-from fastrl.models import tiny
+from fastrl.models import tiny, tiny_tokenizer
 
 RESPONSE = "<thinking> the shape is red </thinking> \\boxed{red}"
 
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return tiny.build_tiny_tokenizer()
+    return tiny_tokenizer.build_tiny_tokenizer()
 
 
 @pytest.fixture(scope="module")
@@ -28,15 +28,15 @@ def model_dir(tmp_path_factory):
 
 
 def test_pre_tokenization_splits_markup_latex_words_and_punctuation():
-    assert tiny.pre_tokenize_words(RESPONSE + " is it?") == [
+    assert tiny_tokenizer.pre_tokenize_words(RESPONSE + " is it?") == [
         "<thinking>", "the", "shape", "is", "red", "</thinking>", "\\boxed{", "red", "}", "is", "it", "?",
     ]
-    assert tiny.pre_tokenize_words("<|im_start|>user\nwhat{x}") == ["user", "what", "{", "x", "}"]
+    assert tiny_tokenizer.pre_tokenize_words("<|im_start|>user\nwhat{x}") == ["user", "what", "{", "x", "}"]
 
 
 def test_tokenizer_round_trips_a_template_response(tokenizer):
     ids = tokenizer(RESPONSE, add_special_tokens=False)["input_ids"]
-    assert tokenizer.convert_ids_to_tokens(ids) == tiny.pre_tokenize_words(RESPONSE)
+    assert tokenizer.convert_ids_to_tokens(ids) == tiny_tokenizer.pre_tokenize_words(RESPONSE)
     assert tokenizer.unk_token_id not in ids
     assert tokenizer.decode(ids) == RESPONSE
     # with the end-of-turn token, decoding with skip_special_tokens gives the text back
@@ -56,7 +56,7 @@ def test_vocabulary_covers_every_easy_vqa_question_and_answer(tokenizer):
 def test_unknown_words_map_to_unk_and_extra_texts_extend_the_vocabulary_after_the_base(tokenizer):
     ids = tokenizer("the zebra", add_special_tokens=False)["input_ids"]
     assert ids[1] == tokenizer.unk_token_id
-    extended = tiny.build_tiny_tokenizer(extra_texts=["a zebra and an okapi"])
+    extended = tiny_tokenizer.build_tiny_tokenizer(extra_texts=["a zebra and an okapi"])
     assert len(extended) == len(tokenizer) + 3  # an, okapi, zebra
     # base ids do not move
     for word in ("the", "red", "<thinking>", "\\boxed{", "}"):
@@ -66,7 +66,7 @@ def test_unknown_words_map_to_unk_and_extra_texts_extend_the_vocabulary_after_th
 
 def test_special_tokens_and_padded_vocab(tokenizer):
     assert tokenizer.pad_token == tokenizer.eos_token == "<|endoftext|>"
-    for token in tiny.SPECIAL_TOKENS:
+    for token in tiny_tokenizer.SPECIAL_TOKENS:
         assert tokenizer.convert_ids_to_tokens(tokenizer.convert_tokens_to_ids(token)) == token
     config = tiny.tiny_qwen25vl_config(ModelConfig(), tokenizer)
     assert config.text_config.vocab_size % 64 == 0

@@ -1,0 +1,284 @@
+#!/usr/bin/env python
+"""One-shot GPU check: actor-step throughput of the tiny and ~1B Qwen2.5-VL policies and 5 training
+steps of the default recipe on CUDA with NCCL, printed as one table. Started by bench/gpu_check.sh
+(which installs the carried wheels first); ``--cpu-smoke`` runs the same code with tiny sizes on
+the CPU (gloo) in under a minute, ``--dry-run`` prints the commands it would run.
+
+    bench/gpu_check.sh                       # on the GPU machine: wheels, then this script
+    python bench/gpu_check.py --cpu-smoke    # here: the same path, tiny, on the CPU
+
+Parts (each a subprocess with its own time limit, so a crash or a hang in one still leaves the
+table; whatever a part measured before it failed is kept):
+
+1. ``bench/actor_step.py``: tiny and 1b, bf16 and fp8 (update tokens/s, MFU, peak memory; every
+   prompt holds an image, so the vision tower runs). FP8 rows say "not measured (no Transformer
+   Engine)" where Transformer Engine is missing -- never bf16 numbers under the FP8 name.
+2. ``python -m fastrl.train`` on the default recipe for 5 steps (``parallel.backend=nccl``; no warm
+   start, 64 validation questions): per step the loss and grad norm (finite?), the reward, the
+   refit (tensors sent to the engine) and the time of each phase.
+
+Writes into ``--out`` (default ``$OUT`` when set, else runs/gpu_check): ``gpu_check.md`` (the
+table), ``gpu_check.json``, ``actor_step.jsonl``, ``train_metrics.jsonl`` and the two parts' logs.
+Exit status 0 when every part ran and every training loss was finite, else 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+NO_TE = "not measured (no Transformer Engine)"
+PHASES = ("gen", "reward", "old", "ref", "prune", "update", "refit", "step")
+#: The training part's overrides of the default recipe (both modes), and the tiny sizes of the
+#: CPU smoke run (the functional tests' tiny run).
+TRAIN_COMMON = [
+    "warm_start.enabled=false", "trainer.val_every=0", "data.val_size=64", "logging.progress_bar=false",
+    "logging.tensorboard=false",
+]
+TRAIN_SMOKE = [
+    "model.tiny_hidden_size=64", "model.tiny_num_layers=2", "model.tiny_intermediate_size=128",
+    "model.tiny_vision_hidden_size=32", "model.tiny_vision_depth=1", "rollout.prompts_per_step=4", "rollout.n=4",
+    "trainer.mini_batch_prompts=2", "parallel.micro_batch_size=4", "rollout.max_response_length=16",
+    "data.val_size=16", "data.max_train_samples=64", "reward.num_workers=1", "trainer.torch_threads=1",
+    "checkpoint.save_optimizer=false",
+]
+ACTOR_GPU = ["--models", "tiny,1b", "--precisions", "bf16,fp8", "--rollouts", "64", "--micro-batch", "8",
+             "--prompt-len", "256", "--response-len", "768", "--image-size", "224", "--repeats", "2"]
+ACTOR_SMOKE = ["--models", "tiny", "--precisions", "fp32,fp8", "--rollouts", "4", "--micro-batch", "2",
+               "--prompt-len", "10", "--response-len", "8", "--image-size", "56", "--repeats", "1"]
+
+
+@dataclass
+class Part:
+    """One subprocess of the check."""
+
+    name: str
+    cmd: list[str]
+    timeout_s: float
+    log: Path
+    proc: subprocess.Popen | None = None
+    started: float = 0.0
+    returncode: int | None = None
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    def start(self, env: dict[str, str]) -> None:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        handle = self.log.open("w")
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(self.cmd, cwd=REPO, env=env, stdout=handle, stderr=subprocess.STDOUT, text=True)
+        handle.close()
+
+    def wait(self) -> None:
+        assert self.proc is not None
+        try:
+            self.returncode = self.proc.wait(timeout=max(1.0, self.timeout_s - (time.monotonic() - self.started)))
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            self.returncode = -9
+            self.notes.append(f"killed after its {self.timeout_s:.0f} s limit")
+        self.seconds = time.monotonic() - self.started
+
+    @property
+    def status(self) -> str:
+        if self.returncode == 0:
+            return "ok"
+        return "; ".join(self.notes) or f"exit {self.returncode}"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--cpu-smoke", action="store_true", help="tiny sizes on the CPU (gloo), under a minute")
+    mode.add_argument("--dry-run", action="store_true", help="print the commands and exit")
+    p.add_argument("--out", type=Path, default=Path(os.environ["OUT"]) if os.environ.get("OUT") else REPO / "runs" / "gpu_check")
+    p.add_argument("--work", type=Path, default=None,
+                   help="scratch for models and checkpoints (default: a folder in /tmp, removed at the end)")
+    p.add_argument("--steps", type=int, default=None, help="training steps (default 5; 1 in --cpu-smoke)")
+    p.add_argument("--actor-timeout", type=float, default=None, help="seconds (default 240; 60 in --cpu-smoke)")
+    p.add_argument("--train-timeout", type=float, default=None, help="seconds (default 180; 60 in --cpu-smoke)")
+    p.add_argument("--skip-actor", action="store_true")
+    p.add_argument("--skip-train", action="store_true")
+    args = p.parse_args(argv)
+    smoke = args.cpu_smoke
+    args.steps = args.steps if args.steps is not None else (1 if smoke else 5)
+    args.actor_timeout = args.actor_timeout or (60.0 if smoke else 240.0)
+    args.train_timeout = args.train_timeout or (60.0 if smoke else 180.0)
+    if args.steps < 1:
+        p.error("--steps must be >= 1")
+    args.remove_work = args.work is None
+    args.work = args.work or Path("/tmp") / f"fastrl-gpu-check-{os.getpid()}"
+    return args
+
+
+def plan(args: argparse.Namespace) -> list[Part]:
+    py = sys.executable
+    parts = []
+    if not args.skip_actor:
+        sizes = ACTOR_SMOKE if args.cpu_smoke else ACTOR_GPU
+        cmd = [py, "bench/actor_step.py", *sizes, "--out", str(args.work / "actor")]
+        parts.append(Part("actor_step", cmd, args.actor_timeout, args.out / "actor.log"))
+    if not args.skip_train:
+        backend = "gloo" if args.cpu_smoke else "nccl"
+        cmd = [py, "-m", "fastrl.train", *TRAIN_COMMON, *(TRAIN_SMOKE if args.cpu_smoke else []),
+               f"trainer.max_steps={args.steps}", f"parallel.backend={backend}",
+               f"logging.output_dir={args.work / 'train'}", "logging.run_name=gpu_check"]
+        parts.append(Part("train", cmd, args.train_timeout, args.out / "train.log"))
+    return parts
+
+
+def environment() -> dict[str, str]:
+    """What ran: torch, the device, Transformer Engine, the carried packages."""
+    import importlib.metadata as md
+
+    import torch
+
+    from fastrl.config import transformer_engine_available
+
+    info = {"torch": torch.__version__, "python": sys.version.split()[0]}
+    info["device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU"
+    info["transformer_engine"] = "yes" if transformer_engine_available() else "no"
+    for dist in ("megatron-core", "megatron-bridge", "transformers", "tokenizers"):
+        try:
+            info[dist] = md.version(dist)
+        except md.PackageNotFoundError:
+            info[dist] = "missing"
+    return info
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            pass  # a line cut by a crash
+    return rows
+
+
+def actor_rows(rows: list[dict], te_available: bool) -> list[dict]:
+    """The table's actor-step rows: an FP8 row without Transformer Engine says so, and carries no numbers."""
+    out = []
+    for r in rows:
+        r = dict(r)
+        if r.get("precision") == "fp8" and not te_available:
+            r = {"model": r.get("model"), "precision": "fp8", "status": NO_TE}
+        out.append(r)
+    return out
+
+
+def _fmt(value, spec: str = ".3g") -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"**{value}**"
+    return format(value, spec)
+
+
+def table(env: dict[str, str], actor: list[dict], train: list[dict], parts: list[Part], steps: int) -> str:
+    """The one table: actor-step rows, then training-step rows, then a row per part."""
+    head = ", ".join(f"{k} {v}" for k, v in env.items())
+    lines = [
+        f"GPU check ({head}).",
+        "",
+        "| check | config | status | tokens/s | MFU | peak GiB | loss | grad norm | reward | refit tensors | time per phase (s) |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for r in actor:
+        config = f"{r.get('model')} {r.get('precision')}"
+        if r.get("status") != "measured":
+            lines.append(f"| actor step | {config} | {r.get('status')} | | | | | | | | |")
+            continue
+        mfu = f"{100 * r['update_mfu']:.1f}%" if r.get("update_mfu") is not None else "n/a"
+        lines.append(
+            f"| actor step | {config} ({r['parameters'] / 1e6:.0f}M) | measured | {r['update_tokens_per_s']:,.0f} | {mfu} "
+            f"| {r['peak_memory_bytes'] / 2**30:.2f} | | {_fmt(r.get('grad_norm'))} | | | update {r['update_seconds']:.3f} |"
+        )
+    train_steps = [r for r in train if r.get("kind") == "train"]
+    for r in train_steps:
+        loss, grad = r.get("actor/loss"), r.get("actor/grad_norm")
+        finite = all(isinstance(v, (int, float)) and math.isfinite(v) for v in (loss, grad, r.get("reward/mean")))
+        phases = " ".join(f"{p} {r[f'time/{p}']:.2f}" for p in PHASES if f"time/{p}" in r)
+        lines.append(
+            f"| train step {r['step']} | default recipe | {'finite' if finite else 'NOT FINITE'} | | | | {_fmt(loss)} "
+            f"| {_fmt(grad)} | {_fmt(r.get('reward/mean'))} | {_fmt(r.get('refit/tensors'), '.0f')} | {phases} |"
+        )
+    if parts and any(p.name == "train" for p in parts) and len(train_steps) < steps:
+        lines.append(f"| train | default recipe | {len(train_steps)} of {steps} steps logged | | | | | | | | |")
+    for p in parts:
+        lines.append(f"| part {p.name} | | {p.status} | | | | | | | | {p.seconds:.0f} s wall |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    parts = plan(args)
+    if args.dry_run:
+        for part in parts:
+            print(f"{part.name} (limit {part.timeout_s:.0f} s): {' '.join(part.cmd)}")
+        return 0
+    args.out.mkdir(parents=True, exist_ok=True)
+    args.work.mkdir(parents=True, exist_ok=True)
+    try:
+        return _check(args, parts)
+    finally:
+        if args.remove_work:
+            shutil.rmtree(args.work, ignore_errors=True)
+
+
+def _check(args: argparse.Namespace, parts: list[Part]) -> int:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.setdefault("FASTRL_CACHE_DIR", str(args.work / "cache"))
+    if args.cpu_smoke:
+        env.setdefault("OMP_NUM_THREADS", "1")
+        env["CUDA_VISIBLE_DEVICES"] = ""  # the CPU path, also on a machine with a GPU
+    info = environment()
+    print("gpu_check:", ", ".join(f"{k} {v}" for k, v in info.items()), flush=True)
+    # on the GPU the parts run one after the other (timings and memory of their own); the CPU smoke
+    # run starts both at once to stay under a minute
+    for i, part in enumerate(parts):
+        print(f"gpu_check: {part.name}: {' '.join(part.cmd)}", flush=True)
+        part.start(env)
+        if not args.cpu_smoke or i == len(parts) - 1:
+            for started in parts[: i + 1]:
+                if started.returncode is None:
+                    started.wait()
+    actor_jsonl, metrics = args.work / "actor" / "actor_step.jsonl", args.work / "train" / "gpu_check" / "metrics.jsonl"
+    for src, name in ((actor_jsonl, "actor_step.jsonl"), (metrics, "train_metrics.jsonl")):
+        if src.is_file():
+            shutil.copyfile(src, args.out / name)
+    te = info["transformer_engine"] == "yes"
+    actor = actor_rows(read_jsonl(actor_jsonl), te)
+    train = read_jsonl(metrics)
+    text = table(info, actor, train, parts, args.steps)
+    (args.out / "gpu_check.md").write_text(text + "\n")
+    payload = {"environment": info, "actor": actor, "train": train,
+               "parts": [{"name": p.name, "status": p.status, "seconds": p.seconds, "cmd": p.cmd} for p in parts]}
+    (args.out / "gpu_check.json").write_text(json.dumps(payload, indent=1, default=str))
+    print(text, flush=True)
+    losses_ok = all(
+        isinstance(r.get("actor/loss"), (int, float)) and math.isfinite(r["actor/loss"])
+        for r in train if r.get("kind") == "train"
+    )
+    ok = all(p.returncode == 0 for p in parts) and losses_ok
+    if not args.skip_train:
+        ok = ok and sum(r.get("kind") == "train" for r in train) >= args.steps
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(REPO))
+    raise SystemExit(main())

@@ -1,0 +1,85 @@
+"""Rank functions of the rollout placement tests (importable by spawned processes)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+PROMPT = "<|im_start|>user\n{vision}what color is the shape<|im_end|>\n<|im_start|>assistant\n"
+VISION = "<|vision_start|><|image_pad|><|vision_end|>"
+
+
+class RankSkewedEngine:
+    """An engine whose sampling differs on every global rank (its seed is shifted by the rank), as
+    engines on different GPUs would; counts its generate calls."""
+
+    def __init__(self, engine: Any, rank: int) -> None:
+        self.engine, self.rank, self.calls = engine, rank, 0
+        self.pad_token_id = engine.pad_token_id
+
+    def generate(self, prompts, n, sampling):
+        self.calls += 1
+        return self.engine.generate(prompts, n, replace(sampling, seed=(sampling.seed or 0) + 1000 * self.rank))
+
+    def wake(self) -> None:
+        pass
+
+    def sleep(self) -> None:
+        pass
+
+
+class Prompts:
+    """The part of PromptSource that generate() uses."""
+
+    def __init__(self, prompts: dict[int, Any]) -> None:
+        self.prompts = prompts
+
+    def prompt_of(self, record: Any) -> Any:
+        return self.prompts[record]
+
+
+def tp_rollout_worker(model_dir: Path, tp: int) -> dict[str, Any]:
+    import torch
+    from PIL import Image
+
+    from fastrl.config import ParallelConfig, RolloutConfig
+    from fastrl.distributed import parallel_state
+    from fastrl.rollout.engine import RolloutPrompt, SamplingParams
+    from fastrl.rollout.hf_engine import HFRolloutEngine
+    from fastrl.training.generation import generate
+    from fastrl.training.rollout_batch import ScoredRollouts, to_policy_batch
+    from fastrl.training.seeds import derive_seed
+
+    ctx = parallel_state.initialize(ParallelConfig(tensor_model_parallel_size=tp), seed=1)
+    rollout = RolloutConfig(seed=ctx.rank, n=4, max_response_length=8, temperature=1.0, suppress_special_tokens=True)
+    engine = RankSkewedEngine(HFRolloutEngine.from_pretrained(model_dir, rollout, device=ctx.device), ctx.rank)
+    image = Image.new("RGB", (56, 56), (200, 30, 30))
+    prompts = Prompts({
+        0: RolloutPrompt(PROMPT.format(vision=VISION), (image,)),
+        1: RolloutPrompt(PROMPT.format(vision="")),
+    })
+    items = [(0, 0), (1, 1)]
+    # what each rank's engine samples on its own for the same call (engines seeded per global rank,
+    # sampling skewed per rank): differs between the peers
+    sampling = SamplingParams.for_training(rollout, seed=derive_seed(rollout.seed, 7, ctx.dp_rank))
+    local = engine.generate([prompts.prompt_of(r) for _, r in items], 4, sampling)
+    calls_before = engine.calls
+    shared = generate(engine, prompts, items, 4, rollout=rollout, seed=7, dp_rank=ctx.dp_rank)
+    rows = len(shared)
+    scored = ScoredRollouts(
+        shared, group_ids=torch.tensor(shared.prompt_index), rewards=torch.zeros(rows), accuracy=torch.zeros(rows),
+        valid=torch.ones(rows, dtype=torch.bool), formatted=torch.ones(rows, dtype=torch.bool),
+        advantages=torch.zeros(rows),
+    )
+    batch = to_policy_batch(scored, range(rows), pad_token_id=engine.pad_token_id)
+    return {
+        "tp_rank": ctx.tp_rank,
+        "local": [t.tolist() for t in local.response_token_ids],
+        "shared": [t.tolist() for t in shared.response_token_ids],
+        "shared_logprobs": torch.cat(shared.logprobs),
+        "generate_calls": engine.calls - calls_before,
+        "prompts_are_local": shared.prompts == [prompts.prompt_of(r) for _, r in items],
+        "input_ids": batch.input_ids,
+        "pixels": batch.pixel_values[0],
+    }
