@@ -91,7 +91,8 @@ def resolve_model_dir(path_or_id: str | os.PathLike[str], *, revision: str | Non
     except LocalEntryNotFoundError:
         why = "downloads are off (HF_HUB_OFFLINE=1)" if offline else "the hub could not be reached"
         raise ModelNotAvailableError(
-            f"model {text} is not in the Hugging Face cache {cache} and {why}; download it first where the hub "
+            f"model {text} is not a local directory, nor in the Hugging Face cache {cache}, and {why}; download it "
+            f"first where the hub "
             f"is reachable (a login node), with the same HF_HOME: {download_command(text)}"
         ) from None
     except (HfHubHTTPError, OSError) as err:

@@ -14,6 +14,12 @@ kept the cores busy (load average 6-8), two threads collapsed to ~300 tokens/s a
 with one. Use ``trainer.torch_threads=1`` (or ``torch_threads=1``
 here) on shared machines.
 
+Placement: the trainer builds each rank's engine on that rank's device (``device``: its
+``cuda:<LOCAL_RANK>`` under NCCL, the CPU otherwise); prompts are processed on the CPU and moved
+there, the sampling stream lives there. Images are resized into ``data.min_pixels`` /
+``data.max_pixels`` (:func:`fastrl.data.images.set_pixel_bounds` on the directory's processor), and
+the prompt inputs the trainer trains on come from this same processor.
+
 ``sleep()`` / ``wake()`` are no-ops: on CPU there is no accelerator memory to hand back to the
 trainer (host memory is shared by both anyway).
 """
@@ -520,6 +526,8 @@ def teacher_forced_logprobs(
         resp = [r.long().view(-1) for r in responses[begin:begin + batch_size]]
         rows = [torch.cat([p.input_ids, r]) for p, r in zip(prompts, resp)]
         batch = collate_left_padded(rows, prompts, pad_token_id)
+        device = next(model.parameters()).device
+        batch = {k: v.to(device) for k, v in batch.items()}
         positions, _ = position_ids_and_deltas(model, batch)
         logits = model(**batch, position_ids=positions, use_cache=False).logits.float() / temperature
         logp = torch.log_softmax(logits, dim=-1)
@@ -530,6 +538,6 @@ def teacher_forced_logprobs(
                 out.append(torch.zeros(0))
                 continue
             # the token at column c is predicted by the logits at column c - 1
-            cols = torch.arange(length - n - 1, length - 1)
-            out.append(logp[b, cols].gather(1, r.view(-1, 1)).view(-1))
+            cols = torch.arange(length - n - 1, length - 1, device=device)
+            out.append(logp[b, cols].gather(1, r.view(-1, 1).to(device)).view(-1).cpu())
     return out

@@ -7,9 +7,11 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
 from fastrl.batch import PolicyBatch
 from fastrl.config import RunConfig
+from fastrl.distributed.dp_pruning import concat_batches
 from fastrl.models import logprobs as lp_ops
 from fastrl.models.provider import export_hf_weights
 from fastrl.training.geometry import mini_batch_sizes, rank_mini_batch_rows
+from fastrl.training.rollout_batch import padding_rows
 
 if TYPE_CHECKING:  # pragma: no cover
     from fastrl.training.actor import Actor
@@ -22,15 +24,23 @@ def add_log_probs(
     batch: PolicyBatch, actor: "Actor", reference: Any, *, micro_batch_size: int, phase: Phase
 ) -> tuple[PolicyBatch, Metrics]:
     """Add ``old_log_probs`` (and ``ref_log_probs`` when there is a reference policy), float32
-    [N, T], to ``batch``; metrics: the engine/trainer log-prob mismatch."""
+    [N, T], to ``batch``; metrics: the engine/trainer log-prob mismatch.
+
+    ``N`` need not be a multiple of ``micro_batch_size`` (the full batch before pruning, e.g. after
+    DAPO's filter): the forward passes run on the batch padded with zero-weight copies of row 0
+    (:func:`~fastrl.training.rollout_batch.padding_rows`), whose log-probs are dropped.
+    """
+    n = len(batch)
+    extra = -n % micro_batch_size
+    inputs = batch if extra == 0 else concat_batches([batch, padding_rows(batch, extra)])
     with phase("old"):
-        old = actor.log_probs(batch)
+        old = actor.log_probs(inputs)[:n]
     batch.tensors["old_log_probs"] = old
     if reference is not None:
         with phase("ref"):
             batch.tensors["ref_log_probs"] = lp_ops.compute_log_probs(
-                reference.chunks, batch, micro_batch_size=micro_batch_size, temperature=actor.temperature
-            )
+                reference.chunks, inputs, micro_batch_size=micro_batch_size, temperature=actor.temperature
+            )[:n]
     mismatch = lp_ops.mismatch_metrics(old, batch.tensors["engine_log_probs"], batch.response_mask)
     return batch, lp_ops.reduce_mismatch_metrics(mismatch)
 

@@ -34,8 +34,8 @@ def test_dry_run_prints_the_gpu_commands():
 
 
 def test_wheel_list_is_pinned_and_complete():
-    lines = [l.strip() for l in (REPO / "bench" / "gpu_wheels.txt").read_text().splitlines()]
-    specs = [l for l in lines if l and not l.startswith("#")]
+    lines = [line.strip() for line in (REPO / "bench" / "gpu_wheels.txt").read_text().splitlines()]
+    specs = [line for line in lines if line and not line.startswith("#")]
     assert all(re.fullmatch(r"[A-Za-z0-9_.-]+==[0-9][A-Za-z0-9.]*", s) for s in specs), specs
     names = {s.split("==")[0] for s in specs}
     assert {"megatron-core", "megatron-bridge", "transformers", "tokenizers", "huggingface-hub"} <= names

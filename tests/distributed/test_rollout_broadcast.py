@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from launcher import run_distributed
 from rollout_workers import tp_rollout_worker
 

@@ -46,15 +46,20 @@ def test_short_dapo_batch_is_padded_not_fatal(tmp_path):
 
 
 def test_dapo_rounds_count_every_round_and_warn_on_wrap(tmp_path):
-    # 16 prompts: one epoch = 2 steps of 8; the extra rounds draw more, so the sampler wraps
+    # 16 prompts: one epoch = 2 steps of 8; the extra rounds draw more, so the sampler wraps.
+    # With KL in the reward, the old/reference log-probs run on the filtered full batch (not a
+    # multiple of the micro-batch of 32) before the advantages.
     run = run_train(
-        tmp_path, *REPRO, "algorithm.max_dynamic_sampling_rounds=1", "data.max_train_samples=16", recipe=RECIPE,
+        tmp_path, *REPRO, "algorithm.max_dynamic_sampling_rounds=1", "data.max_train_samples=16",
+        "algorithm.kl_in_reward=true", "algorithm.kl_coef=0.1", recipe=RECIPE,
     )
     train = _train(tmp_path)
     assert [r["step"] for r in train] == [1, 2]
+    assert train[0]["kl_penalty/mean"] == 0.0 and train[1]["kl_penalty/mean"] > 0  # policy = reference at step 1
     for r in train:
         rounds = 1 + r["dapo/extra_rounds"]
         assert r["rollout/generated_rows"] == 32 * rounds and r["reward/num_scored"] == 32 * rounds
+        assert 0 < r["prune/num_kept"] < 32 and r["prune/num_kept"] + r["prune/num_padding"] == 32
     drawn = 8 * sum(1 + r["dapo/extra_rounds"] for r in train) / 16
     assert drawn > 1
     assert train[1]["data/epochs_drawn"] == drawn and "data/epochs_drawn" not in train[0]

@@ -7,8 +7,8 @@ import typing
 import pytest
 
 from fastrl import config as cfg
-from fastrl.config import model as config_model
 from fastrl.config import ConfigError, RunConfig, field_docs
+from fastrl.config import model as config_model
 
 
 def _sections():

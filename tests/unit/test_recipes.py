@@ -68,3 +68,27 @@ def test_paper_hyperparameters():
 def test_unknown_recipe_suggests_names():
     with pytest.raises(cfg.ConfigError, match="did you mean easyvqa_tiny_fastrl_grpo_cpu"):
         get_recipe("easyvqa_tiny_fastrl_grpo")
+
+
+def test_large_recipes_layouts_and_memory_plans(monkeypatch):
+    """32B / 72B (Megatron-Bridge's TP/PP layouts, vLLM's own TP8) and every GPU recipe fit the
+    memory plan of the GPU they name (parallel.gpu_memory_gib), built offline."""
+    from fastrl.models.memory_plan import estimate_memory
+
+    monkeypatch.setattr(config_model, "transformer_engine_available", lambda: True)
+    for size, gpu, tp, pp, world in (("32b", "h100", 8, 2, 16), ("72b", "h200", 8, 4, 32)):
+        for dataset in ("geo3k", "geoqa8k"):
+            for precision in ("bf16", "fp8"):
+                c = get_recipe(f"qwen25vl_{size}_fastrl_grpo_{dataset}_{gpu}_{precision}")
+                p = c.parallel
+                assert (p.tensor_model_parallel_size, p.pipeline_model_parallel_size, p.world_size) == (tp, pp, world)
+                assert c.rollout.engine == "vllm" and c.rollout.engine_tensor_parallel_size == 8
+                assert c.precision.mode == precision and c.pruning.method == "fastrl" and c.adaptive_sampling.enabled
+                assert c.model.hf_path == f"Qwen/Qwen2.5-VL-{size.upper()}-Instruct"
+    gpu_recipes = [name for name in ALL if name.startswith("qwen25vl_")]
+    assert "qwen25vl_3b_fastrl_grpo_geo3k_1xh200_bf16" in gpu_recipes
+    for name in gpu_recipes:
+        c = get_recipe(name)
+        plan = estimate_memory(c, c.parallel.world_size, c.parallel.gpu_memory_gib)
+        assert plan.fits, f"{name}: {plan.format()}"
+        assert plan.kv_cache_gib > 4, f"{name}: {plan.format()}"

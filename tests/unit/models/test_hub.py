@@ -113,6 +113,6 @@ def test_convert_checkpoint_import_names_the_missing_id(offline_hf_home, tmp_pat
     assert tool.main(["import", "--hf", "Org/Missing", "--out", str(tmp_path / "out")]) == 1
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0
-    assert err.startswith("convert_checkpoint: error: model Org/Missing is not in the Hugging Face cache")
+    assert err.startswith("convert_checkpoint: error: model Org/Missing is not a local directory, nor in the Hugging Face cache")
     assert "hf download Org/Missing" in err
     assert not (tmp_path / "out").exists()

