@@ -59,7 +59,8 @@ def test_dapo_rounds_count_every_round_and_warn_on_wrap(tmp_path):
     for r in train:
         rounds = 1 + r["dapo/extra_rounds"]
         assert r["rollout/generated_rows"] == 32 * rounds and r["reward/num_scored"] == 32 * rounds
-        assert 0 < r["prune/num_kept"] < 32 and r["prune/num_kept"] + r["prune/num_padding"] == 32
+        assert r["prune/num_kept"] + r["prune/num_padding"] == 32
+    assert any(r["prune/num_padding"] > 0 for r in train)
     drawn = 8 * sum(1 + r["dapo/extra_rounds"] for r in train) / 16
     assert drawn > 1
     assert train[1]["data/epochs_drawn"] == drawn and "data/epochs_drawn" not in train[0]
