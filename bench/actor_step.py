@@ -149,14 +149,15 @@ def synthetic_batch(
     response[:, prompt_len:total] = True
     pixels = grids = None
     if image_size:
+        from transformers import Qwen2VLImageProcessor
+
         from fastrl.data.images import num_image_tokens, process_images
-        from fastrl.models.tiny import load_processor
 
         config = _json.loads((Path(hf_dir) / "config.json").read_text())
-        processor = load_processor(hf_dir)
+        image_processor = Qwen2VLImageProcessor.from_pretrained(hf_dir)  # the model's own settings
         rng = np.random.default_rng(0)
         image = Image.fromarray(rng.integers(0, 256, (image_size, image_size, 3), dtype=np.uint8), "RGB")
-        out = process_images(processor.image_processor, [image])
+        out = process_images(image_processor, [image])
         n_img = num_image_tokens(out["image_grid_thw"])[0]
         ids[:, 0] = config["vision_start_token_id"]
         ids[:, 1 : 1 + n_img] = config["image_token_id"]

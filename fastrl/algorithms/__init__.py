@@ -12,13 +12,13 @@ from fastrl.algorithms.advantages import (
     sequence_to_token_advantages,
     token_to_sequence_advantages,
 )
+from fastrl.algorithms.baseline_pruners import advantage_only_select, cppo_select, random_select
 from fastrl.algorithms.filters import dynamic_sampling_keep, overlong_penalty
 from fastrl.algorithms.importance_sampling import truncated_importance_weights
 from fastrl.algorithms.kl import k1, k2, kl_estimate, low_var_kl
 from fastrl.algorithms.kl_penalty import KLPenalty, kl_penalized_rewards
 from fastrl.algorithms.losses import aggregate_loss, gspo_loss, kl_loss, loss_denominator, ppo_clip_loss
 from fastrl.algorithms.minhash import ResponseSketch, estimate_jaccard, minhash_sketch
-from fastrl.algorithms.baseline_pruners import advantage_only_select, cppo_select, random_select
 from fastrl.algorithms.pruning import PruneResult, jaccard, mdap_select, refill_need
 
 __all__ = [

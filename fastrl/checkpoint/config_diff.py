@@ -67,6 +67,14 @@ HARMLESS_KEYS: tuple[str, ...] = (
     "rollout.engine_tensor_parallel_size",
     "rollout.gpu_memory_utilization",
     "rollout.sleep_between_steps",
+    "rollout.engine_python",
+    "rollout.engine_timeout_s",
+    "rollout.engine_restart_retries",
+    "rollout.engine_kv_cache_mb",
+    "rollout.engine_threads",
+    "rollout.refit_bucket_mb",
+    "rollout.verify_refit_every",
+    "rollout.verify_refit_tolerance",
     "warm_start",
 )
 #: Keys applied to the optimizer, the LR schedule and the run length.

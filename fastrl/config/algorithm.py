@@ -46,9 +46,43 @@ class RolloutConfig:
         "(beyond the paper; off reproduces it).",
     )
     seed: int = doc(0, "Seed of rollout sampling.")
+    engine_python: str | None = doc(
+        ".venv-vllm/bin/python",
+        "vLLM: interpreter of the engine environment; the engine runs as a child process of each "
+        "trainer rank with it (docs/engine.md). Relative paths resolve against the repository (CPU: "
+        ".venv-vllm from tools/setup_vllm_cpu.sh); on a cluster, the vLLM environment's bin/python. "
+        "None: vLLM inside the trainer process (its environment must hold vLLM).",
+    )
+    engine_timeout_s: float = doc(
+        600.0, "vLLM process: longest wait for any engine reply (start-up included) before the run stops "
+        "with the engine's exit status and log tail.",
+    )
+    engine_restart_retries: int = doc(
+        0, "vLLM process: engine restarts one generate call may use after the engine died or hung "
+        "(the current weights are replayed).",
+    )
+    engine_kv_cache_mb: int = doc(256, "vLLM process on CPU: KV-cache size in MiB (GPU: gpu_memory_utilization).")
+    engine_threads: int = doc(0, "vLLM process on CPU: OMP threads of the engine (0: trainer.torch_threads).")
+    refit_bucket_mb: float = doc(64.0, "vLLM process: refit bucket size in MiB (one shared-memory file each on CPU).")
+    verify_refit_every: int = doc(
+        10, "Refit verification: the engine scores a fixed probe after the first refit and every this "
+        "many refits, compared with the trainer's log-probs (0: off).",
+    )
+    verify_refit_tolerance: float = doc(
+        1e-3, "Refit verification: largest allowed mean |logp_engine - logp_trainer| on the probe "
+        "(fp32: ~1e-6 seen; bf16 needs ~5e-2); above it the run stops naming the parameter group "
+        "that differs most.",
+    )
 
     def __post_init__(self) -> None:
         _check_finite(self, "rollout")
+        _check(self.engine_timeout_s > 0, f"rollout.engine_timeout_s must be > 0, got {self.engine_timeout_s}")
+        _check(self.engine_restart_retries >= 0, f"rollout.engine_restart_retries must be >= 0, got {self.engine_restart_retries}")
+        _check(self.engine_kv_cache_mb >= 1, f"rollout.engine_kv_cache_mb must be >= 1, got {self.engine_kv_cache_mb}")
+        _check(self.engine_threads >= 0, f"rollout.engine_threads must be >= 0, got {self.engine_threads}")
+        _check(self.refit_bucket_mb > 0, f"rollout.refit_bucket_mb must be > 0, got {self.refit_bucket_mb}")
+        _check(self.verify_refit_every >= 0, f"rollout.verify_refit_every must be >= 0, got {self.verify_refit_every}")
+        _check(self.verify_refit_tolerance > 0, f"rollout.verify_refit_tolerance must be > 0, got {self.verify_refit_tolerance}")
         _check(self.n >= 1, f"rollout.n must be >= 1, got {self.n}")
         _check(self.prompts_per_step >= 1, f"rollout.prompts_per_step must be >= 1, got {self.prompts_per_step}")
         _check(self.temperature >= 0, f"rollout.temperature must be >= 0, got {self.temperature}")

@@ -56,9 +56,9 @@ class ModelConfig:
             _check(getattr(self, name) >= 1, f"model.{name} must be >= 1, got {getattr(self, name)}")
         _check_seed(self.seed, "model.seed")
         _check(
-            self.source != "tiny" or self.architecture == "qwen2_5_vl",
-            f"model.source='tiny' builds a Qwen2.5-VL-architecture model, "
-            f"but model.architecture={self.architecture!r}; use source='hf' for text-only models",
+            self.source != "tiny" or self.architecture in ("qwen2_5_vl", "qwen2"),
+            f"model.source='tiny' builds a Qwen2.5-VL-architecture model (or, with architecture='qwen2', "
+            f"its language model alone), but model.architecture={self.architecture!r}; use source='hf' for other models",
         )
         _check(
             self.tiny_hidden_size % self.tiny_num_attention_heads == 0,

@@ -107,6 +107,8 @@ class EngineProcessClient:
         skip_after_first: names that never change after the first refit (frozen vision tower).
         name: the engine's name in messages.
         log_path: the engine's stdout/stderr file (default: a temporary file).
+        verify_every / verify_tolerance: refit verification schedule and bound (:attr:`verify_due`,
+            :mod:`fastrl.training.refit_verify`).
         llm_kwargs: ``vllm.LLM`` arguments (``dtype``, ``max_model_len``, ``kv_cache_memory_bytes``,
             ``enforce_eager``, ``tensor_parallel_size``, ``gpu_memory_utilization``, ``enable_sleep_mode``...).
         env: extra environment variables of the child (``OMP_NUM_THREADS``, ``CUDA_VISIBLE_DEVICES``).
@@ -128,6 +130,8 @@ class EngineProcessClient:
         llm_kwargs: dict[str, Any] | None = None,
         env: dict[str, str] | None = None,
         skip_transfer: bool | None = None,
+        verify_every: int = 0,
+        verify_tolerance: float = 1e-3,
     ) -> None:
         from transformers import AutoConfig, AutoTokenizer
 
@@ -161,6 +165,8 @@ class EngineProcessClient:
             skip_transfer = os.environ.get("FASTRL_TEST_SKIP_REFIT_TRANSFER", "0") == "1"
         self.skip_transfer = skip_transfer
         self.weight_version = 0
+        self.verify_every = int(verify_every)
+        self.verify_tolerance = float(verify_tolerance)
         self.refit_metrics: dict[str, float] = {}
         self.last_group_sums: dict[str, float] = {}
         self.proc: subprocess.Popen | None = None
@@ -436,6 +442,12 @@ class EngineProcessClient:
         }
         return count
 
+    @property
+    def verify_due(self) -> bool:
+        """Whether the refit just done is to be verified: the first, then every ``verify_every``-th."""
+        v = self.weight_version
+        return self.verify_every > 0 and v >= 1 and (v == 1 or v % self.verify_every == 0)
+
     def _wait_ok(self, op: str) -> None:
         reply = self._receive(op, self.timeout_s)
         if not reply.get("ok"):
@@ -469,3 +481,49 @@ def _png(image: Any) -> bytes:
     buf = io.BytesIO()
     image.save(buf, format="PNG")
     return buf.getvalue()
+
+
+def frozen_vision_weight(name: str) -> bool:
+    """A weight ``model.freeze_vision_tower`` keeps fixed: the vision blocks and the patch embedding
+    (not the merger); such weights are sent on the first refit only."""
+    if "visual." not in name:
+        return False
+    return name.split("visual.", 1)[1].startswith(("blocks.", "patch_embed."))
+
+
+def engine_client_from_config(cfg: Any, policy_dir: str | os.PathLike, device: torch.device | str | None) -> EngineProcessClient:
+    """This rank's engine process for a :class:`fastrl.config.RunConfig` with ``rollout.engine='vllm'``
+    (docs/engine.md): fp32 runs get an fp32 engine, bf16/fp8 runs a bf16 one; on CPU the KV cache
+    is ``rollout.engine_kv_cache_mb`` and the engine uses ``rollout.engine_threads`` OMP threads; on
+    a GPU the engine sees only this rank's GPU(s) (``CUDA_VISIBLE_DEVICES``) and sleeps between
+    steps when ``rollout.sleep_between_steps``.
+
+    Raises:
+        EngineStartError: see :class:`EngineProcessClient`.
+    """
+    ro = cfg.rollout
+    dev = torch.device(device) if device is not None else torch.device("cpu")
+    llm_kwargs: dict[str, Any] = {
+        "dtype": "float32" if cfg.precision.mode == "fp32" else "bfloat16",
+        "max_model_len": ro.max_prompt_length + ro.max_response_length + 8,
+        "tensor_parallel_size": ro.engine_tensor_parallel_size,
+    }
+    env: dict[str, str] = {}
+    if dev.type == "cuda":
+        from fastrl.rollout.vllm_engine import physical_gpus
+
+        llm_kwargs.update(gpu_memory_utilization=ro.gpu_memory_utilization, enable_sleep_mode=ro.sleep_between_steps)
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(physical_gpus(
+            dev.index or 0, ro.engine_tensor_parallel_size, os.environ.get("CUDA_VISIBLE_DEVICES")))
+    else:
+        llm_kwargs.update(kv_cache_memory_bytes=ro.engine_kv_cache_mb * 2**20, enforce_eager=True)
+        threads = ro.engine_threads or cfg.trainer.torch_threads
+        env["OMP_NUM_THREADS"] = str(threads)
+    return EngineProcessClient(
+        policy_dir, python=ro.engine_python, seed=ro.seed, suppress_special_tokens=ro.suppress_special_tokens,
+        timeout_s=ro.engine_timeout_s, restart_retries=ro.engine_restart_retries,
+        bucket_bytes=int(ro.refit_bucket_mb * 2**20),
+        skip_after_first=frozen_vision_weight if cfg.model.freeze_vision_tower else None,
+        name=f"vllm engine process of rank pid {os.getpid()}", llm_kwargs=llm_kwargs, env=env,
+        verify_every=ro.verify_refit_every, verify_tolerance=ro.verify_refit_tolerance,
+    )

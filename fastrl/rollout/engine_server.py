@@ -86,9 +86,21 @@ class Server:
         self.asleep = False
         self.weights_awake = True
         self._maps: dict[str, tuple[int, mmap.mmap]] = {}
+        self.received: dict[str, float] = self._initial_sums(Path(spec["model"]))
         generation = self.llm.llm_engine.model_config.try_get_generation_config()
         eos = generation.get("eos_token_id", spec.get("eos_token_id"))
         self.default_stop = list(eos) if isinstance(eos, (list, tuple)) else [int(eos)]
+
+    @staticmethod
+    def _initial_sums(model_dir: Path) -> dict[str, float]:
+        from safetensors import safe_open  # a vLLM dependency
+
+        out: dict[str, float] = {}
+        for path in sorted(model_dir.glob("*.safetensors")):
+            with safe_open(str(path), framework="pt") as f:
+                for name in f.keys():
+                    out[name] = float(f.get_tensor(name).double().pow(2).sum())
+        return out
 
     # ---- operations ------------------------------------------------------------------------
 
@@ -149,7 +161,9 @@ class Server:
             mm = self._map(path)
             for name, dtype, shape, offset, nbytes in entries:
                 flat = torch.frombuffer(mm, dtype=torch.uint8, count=nbytes, offset=offset)
-                yield name, flat.view(getattr(torch, dtype)).reshape(shape)
+                tensor = flat.view(getattr(torch, dtype)).reshape(shape)
+                self.received[name] = float(tensor.double().pow(2).sum())
+                yield name, tensor
 
     def op_load_weights(self, req: dict) -> dict:
         if self.asleep and not self.weights_awake:
@@ -184,19 +198,14 @@ class Server:
         return {"logprobs": result}
 
     def op_group_sums(self, req: dict) -> dict:
-        def sums(worker) -> dict:
-            runner = getattr(worker, "model_runner", None) or worker.worker.model_runner
-            out: dict[str, float] = {}
-            for name, p in runner.get_model().named_parameters():
-                g = wire.weight_group(name)
-                out[g] = out.get(g, 0.0) + float(p.detach().double().pow(2).sum())
-            return out
-
-        per_worker = self.llm.collective_rpc(sums)
+        """Per parameter group, the sum of squares of the weights this engine holds as it loaded them:
+        the model directory's at start-up, then each tensor received by ``load_weights``. (vLLM on
+        CPU repacks linear weights into kernels' own layouts, so its parameters cannot be read back;
+        whether the loaded weights are really used is what the log-prob probe checks.)"""
         total: dict[str, float] = {}
-        for part in per_worker:
-            for k, v in part.items():
-                total[k] = total.get(k, 0.0) + v
+        for name, value in self.received.items():
+            g = wire.weight_group(name)
+            total[g] = total.get(g, 0.0) + value
         return {"sums": total}
 
     def op_sleep(self, req: dict) -> dict:

@@ -4,7 +4,8 @@
   Hugging Face cache (:func:`fastrl.models.hub.resolve_model_dir`).
 - ``model.source='tiny'``: the small random Qwen2.5-VL-architecture model described by the
   ``model.tiny_*`` fields, built once into the cache (rank 0), then, with ``warm_start.enabled``,
-  its supervised warm start (cached by a key of everything it depends on).
+  its supervised warm start (cached by a key of everything it depends on). With
+  ``model.architecture='qwen2'``: its language model alone as a text-only Qwen2 (no warm start).
 
 ``model.megatron_checkpoint`` (weights from an imported or trainer checkpoint) is loaded on top of
 the directory's architecture by :func:`fastrl.training.parts.build_parts`.
@@ -58,6 +59,14 @@ def prepare_policy_dir(cfg: RunConfig, *, rank: int, train: Sequence[Record]) ->
     from fastrl.models.tiny import build_tiny_hf_model_dir, tiny_model_settings
 
     d = cfg.data
+    if m.architecture == "qwen2":  # the tiny model's language model alone (vLLM-on-CPU recipes)
+        from fastrl.models.tiny import build_tiny_text_model_dir
+
+        text_dir = cache_dir(cfg) / "models" / f"tiny-qwen2-{tiny_model_settings(m, architecture='qwen2').key()}"
+        if rank == 0:
+            build_tiny_text_model_dir(text_dir, m)
+        world.barrier()
+        return text_dir, {}
     key = tiny_model_settings(m, min_pixels=d.min_pixels, max_pixels=d.max_pixels).key()
     base = cache_dir(cfg) / "models" / f"tiny-{key}"
     if rank == 0:

@@ -4,18 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from fastrl.config import ParallelConfig
 
 
 def padded_repartition_worker(sizes: list[int], padding: int) -> dict[str, Any]:
     """Keep every rollout of a :func:`workers.make_rollouts` batch split ``sizes`` over the DP
     ranks, add ``padding`` zero-weight rows and re-partition (the trainer's short-DAPO path)."""
+    from workers import make_rollouts
+
     from fastrl.distributed import dp_pruning, parallel_state
     from fastrl.training.prune_phase import PruneOutcome, repartition_kept
     from fastrl.training.pruner import keep_all
-    from workers import make_rollouts
 
     ctx = parallel_state.initialize(ParallelConfig(backend="gloo"), seed=1)
     batch, group_ids, advantages, responses = make_rollouts(2, sum(sizes) // 2)

@@ -4,8 +4,6 @@ zero-weight rows so that every DP rank gets the same whole number of rows (issue
 from __future__ import annotations
 
 import pytest
-import torch
-
 from launcher import run_distributed
 from padding_workers import padded_repartition_worker
 

@@ -65,8 +65,9 @@ def test_padding_rows_carry_no_loss_weight():
         den = loss_denominator(batch.response_mask, mode)
         old = torch.full((5, 5), -0.5)
         adv = torch.cat([batch.tensors["advantages"], pad.tensors["advantages"]])
-        a, _ = ppo_clip_loss(logp, old, adv, full.response_mask, global_denominator=den, clip_low=0.2, clip_high=0.3, agg_mode=mode)
-        b, _ = ppo_clip_loss(logp[:3], old[:3], batch.tensors["advantages"], batch.response_mask, global_denominator=den, clip_low=0.2, clip_high=0.3, agg_mode=mode)
+        clip = dict(global_denominator=den, clip_low=0.2, clip_high=0.3, agg_mode=mode)
+        a, _ = ppo_clip_loss(logp, old, adv, full.response_mask, **clip)
+        b, _ = ppo_clip_loss(logp[:3], old[:3], batch.tensors["advantages"], batch.response_mask, **clip)
         assert float(a) == pytest.approx(float(b), abs=1e-7)
     with pytest.raises(ValueError, match="padding rows"):
         padding_rows(batch, 0)

@@ -1,0 +1,141 @@
+"""Refit verification: did the engine really receive the trainer's weights?
+
+After the first refit and every ``rollout.verify_refit_every`` refits (the engine's ``verify_due``),
+the engine scores a fixed probe -- a few chat prompts with fixed pseudo-random responses, the same
+every time -- and the trainer computes the same tokens' log-probs (temperature 1). Above
+``rollout.verify_refit_tolerance`` (mean absolute difference over the probe's response tokens) the
+run stops with :class:`RefitVerificationError`, naming the parameter group whose weights differ most
+between what the trainer sent and what the engine holds (per-group sums of squares; the engine
+reports what it loaded). Anchors: Megatron-LM ``--rl-verify-model-weights-swap``, slime
+``--check-weight-update-equal``.
+
+The per-step engine/trainer mismatch on sampled tokens (``mismatch/*``) stays; this check is
+independent of sampling and catches a stale engine even when it happens to sample alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from fastrl.batch import PolicyBatch
+
+PROBE_QUESTIONS = ("what is 3 plus 4?", "name a red shape.", "is the circle blue?")
+PROBE_RESPONSE_TOKENS = 12
+
+
+class RefitVerificationError(RuntimeError):
+    """The engine's log-probs on the probe differ from the trainer's beyond the tolerance."""
+
+
+@dataclass(frozen=True)
+class RefitProbe:
+    """Token sequences ``prompt + response`` and, per sequence, where its response starts."""
+
+    sequences: list[torch.Tensor]
+    starts: list[int]
+
+
+def make_probe(tokenizer, suppressed_ids: Sequence[int] = (), *, seed: int = 1234) -> RefitProbe:
+    """The fixed probe: :data:`PROBE_QUESTIONS` in the chat template, each followed by
+    :data:`PROBE_RESPONSE_TOKENS` response tokens drawn from the tokens the engine may sample."""
+    banned = set(int(i) for i in suppressed_ids) | set(tokenizer.all_special_ids)
+    allowed = torch.tensor([i for i in range(len(tokenizer)) if i not in banned], dtype=torch.long)
+    gen = torch.Generator().manual_seed(seed)
+    sequences, starts = [], []
+    for q in PROBE_QUESTIONS:
+        text = tokenizer.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
+        prompt = torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"], dtype=torch.long)
+        response = allowed[torch.randint(0, allowed.numel(), (PROBE_RESPONSE_TOKENS,), generator=gen)]
+        sequences.append(torch.cat([prompt, response]))
+        starts.append(int(prompt.numel()))
+    return RefitProbe(sequences, starts)
+
+
+def probe_batch(probe: RefitProbe, pad_token_id: int, *, rows_multiple: int = 1, length_multiple: int = 64) -> PolicyBatch:
+    """The probe as right-padded model input (response mask on the response tokens); rows repeated
+    cyclically up to a multiple of ``rows_multiple`` (the micro-batch size), length rounded up to
+    ``length_multiple`` (safe for sequence-parallel and FP8 shapes; right padding changes nothing)."""
+    n = -(-len(probe.sequences) // rows_multiple) * rows_multiple
+    longest = max(int(s.numel()) for s in probe.sequences)
+    longest = -(-longest // length_multiple) * length_multiple
+    probe = RefitProbe([probe.sequences[i % len(probe.sequences)] for i in range(n)],
+                       [probe.starts[i % len(probe.starts)] for i in range(n)])
+    ids = torch.full((n, longest), pad_token_id, dtype=torch.long)
+    attn = torch.zeros((n, longest), dtype=torch.bool)
+    resp = torch.zeros((n, longest), dtype=torch.bool)
+    for b, (seq, start) in enumerate(zip(probe.sequences, probe.starts)):
+        ids[b, : seq.numel()] = seq
+        attn[b, : seq.numel()] = True
+        resp[b, start : seq.numel()] = True
+    return PolicyBatch(input_ids=ids, attention_mask=attn, response_mask=resp)
+
+
+def actor_probe_logprobs(actor, probe: RefitProbe, pad_token_id: int) -> list[torch.Tensor]:
+    """The trainer's log-probs of each probe response (temperature 1, like the engine's score)."""
+    saved = actor.temperature
+    actor.temperature = 1.0
+    try:
+        batch = probe_batch(probe, pad_token_id, rows_multiple=actor.micro_batch_size)
+        lp = actor.log_probs(batch).float().cpu()
+    finally:
+        actor.temperature = saved
+    return [lp[b, start : seq.numel()] for b, (seq, start) in enumerate(zip(probe.sequences, probe.starts))]
+
+
+def largest_group_difference(sent: dict[str, float], held: dict[str, float]) -> tuple[str | None, float]:
+    """The parameter group whose sum of squares differs most (relative) between ``sent`` (the
+    trainer's last refit) and ``held`` (the engine's), and that relative difference."""
+    worst, worst_diff = None, 0.0
+    for group, value in sent.items():
+        other = held.get(group)
+        diff = float("inf") if other is None else abs(value - other) / max(abs(value), 1e-12)
+        if worst is None or diff > worst_diff:
+            worst, worst_diff = group, diff
+    return worst, worst_diff
+
+
+def verify_refit(
+    engine, trainer_logprobs: Callable[[RefitProbe], list[torch.Tensor]], *, tolerance: float, probe: RefitProbe | None = None
+) -> dict[str, float]:
+    """Compare the engine's and the trainer's log-probs on the probe (module docstring).
+
+    Args:
+        engine: has ``score(sequences, starts)``, ``tokenizer``, ``suppressed_ids``; optionally
+            ``group_sums()`` and ``last_group_sums`` for the diagnosis.
+        trainer_logprobs: the trainer's log-probs of each probe response.
+
+    Returns:
+        ``refit_verify/abs_diff_mean``, ``refit_verify/abs_diff_max``.
+
+    Raises:
+        RefitVerificationError: mean difference above ``tolerance``.
+    """
+    if probe is None:
+        probe = getattr(engine, "_refit_probe", None)
+        if probe is None:
+            probe = make_probe(engine.tokenizer, getattr(engine, "suppressed_ids", ()))
+            engine._refit_probe = probe
+    engine_lp = engine.score([s.tolist() for s in probe.sequences], probe.starts)
+    trainer_lp = trainer_logprobs(probe)
+    diffs = torch.cat([(a.float() - b.float()).abs() for a, b in zip(engine_lp, trainer_lp)])
+    mean, worst = float(diffs.mean()), float(diffs.max())
+    if mean > tolerance:
+        detail = ""
+        if hasattr(engine, "group_sums") and getattr(engine, "last_group_sums", None):
+            group, rel = largest_group_difference(engine.last_group_sums, engine.group_sums())
+            detail = (
+                f"; largest mismatching parameter group: {group} (sum of squared weights differs by {rel:.3g} "
+                f"relative between the trainer's refit and the engine)"
+                if rel > 1e-9 else
+                f"; every parameter group the engine received matches the trainer's refit (largest relative "
+                f"difference {rel:.1e} in {group}): the engine's numerics or weight-name mapping differ"
+            )
+        version = getattr(engine, "weight_version", "?")
+        raise RefitVerificationError(
+            f"refit verification failed after refit {version}: mean |logp_engine - logp_trainer| on the probe = "
+            f"{mean:.3g} > rollout.verify_refit_tolerance={tolerance:g} (max {worst:.3g}){detail}"
+        )
+    return {"refit_verify/abs_diff_mean": mean, "refit_verify/abs_diff_max": worst}

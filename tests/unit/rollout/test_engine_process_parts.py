@@ -1,0 +1,133 @@
+"""The engine-process pieces that need no vLLM: wire framing, refit buckets in shared memory, the
+start-up errors of a missing or broken engine environment, refit verification's decision."""
+
+from __future__ import annotations
+
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from fastrl.config import ConfigError, ModelConfig, RolloutConfig
+from fastrl.rollout import engine_wire as wire
+from fastrl.rollout.engine_client import EngineProcessClient, EngineStartError, frozen_vision_weight
+from fastrl.rollout.refit_transport import SharedMemoryTransport, group_buckets
+from fastrl.training.refit_verify import RefitProbe, RefitVerificationError, largest_group_difference, verify_refit
+
+
+def test_wire_round_trip():
+    a, b = socket.socketpair()
+    msg = {"op": "generate", "prompts": ["x" * 100_000], "sizes": [3]}
+    wire.send_message(a, msg)
+    assert wire.recv_message(b) == msg
+    a.close()
+    with pytest.raises(wire.WireClosed):
+        wire.recv_message(b)
+    assert wire.error_reply(ValueError("bad\nthing"))["error"] == "ValueError: bad thing"
+
+
+def test_weight_groups():
+    assert wire.weight_group("model.layers.3.self_attn.q_proj.weight") == "model.layers.3"
+    assert wire.weight_group("visual.blocks.0.mlp.fc1.weight") == "visual.blocks.0"
+    assert wire.weight_group("lm_head.weight") == "lm_head"
+    assert frozen_vision_weight("visual.blocks.0.attn.qkv.weight") and frozen_vision_weight("model.visual.patch_embed.proj.weight")
+    assert not frozen_vision_weight("visual.merger.mlp.0.weight") and not frozen_vision_weight("model.layers.0.mlp.up_proj.weight")
+
+
+def _stream():
+    for layer in range(3):
+        for p in ("q", "k"):
+            yield f"model.layers.{layer}.{p}.weight", torch.full((4, 4), float(layer))
+    yield "lm_head.weight", torch.ones(2, 4, dtype=torch.bfloat16)
+
+
+def test_buckets_never_split_a_layer():
+    buckets = list(group_buckets(_stream(), max_bytes=64))
+    assert [len(b) for b in buckets] == [2, 2, 2, 1]
+    assert len(list(group_buckets(_stream(), max_bytes=10**9))) == 1
+    bad = [("model.layers.0.q.weight", torch.ones(1)), ("model.layers.1.q.weight", torch.ones(1)),
+           ("model.layers.0.k.weight", torch.ones(1))]
+    with pytest.raises(ValueError, match="consecutively"):
+        list(group_buckets(bad, 1))
+
+
+def _read(path: str, entries):
+    data = Path(path).read_bytes()
+    return {name: torch.frombuffer(bytearray(data[off : off + n]), dtype=getattr(torch, dt)).reshape(shape)
+            for name, dt, shape, off, n in entries}
+
+
+def test_shared_memory_transport_round_trip_and_frozen_tensors():
+    t = SharedMemoryTransport(64, skip_after_first=lambda n: n.startswith("model.layers.0."))
+    got: dict[str, torch.Tensor] = {}
+
+    def load(buckets):
+        for path, entries in buckets:
+            got.update(_read(path, entries))
+        return "h"
+
+    count, nbytes = t.send(_stream(), load, lambda h: None)
+    assert count == 7 and nbytes == 6 * 64 + 16
+    for name, tensor in _stream():
+        assert torch.equal(got[name], tensor)
+    got.clear()
+    count, _ = t.send(((n, v + 1) for n, v in _stream()), load, lambda h: None)
+    assert count == 5 and not any(n.startswith("model.layers.0.") for n in got)  # frozen: sent once
+    replay = {}
+    for path, entries in t.resident():
+        replay.update(_read(path, entries))
+    assert torch.equal(replay["model.layers.0.q.weight"], torch.zeros(4, 4))  # first refit's
+    assert torch.equal(replay["model.layers.2.q.weight"], torch.full((4, 4), 3.0))  # latest
+    directory = t.dir
+    t.close()
+    assert not directory.exists()
+
+
+def test_missing_engine_environment_names_interpreter_and_install_command(tmp_path):
+    with pytest.raises(EngineStartError, match=r"/nonexistent/bin/python does not exist.*bash tools/setup_vllm_cpu.sh"):
+        EngineProcessClient(tmp_path, python="/nonexistent/bin/python")
+
+
+def test_broken_engine_environment_is_a_start_up_error(tmp_path):
+    pytest.importorskip("transformers")
+    from fastrl.models.tiny import build_tiny_text_model_dir
+
+    if __import__("importlib").util.find_spec("vllm") is not None:
+        pytest.skip("this environment has vLLM")
+    model_dir = build_tiny_text_model_dir(tmp_path / "m", ModelConfig())
+    with pytest.raises(EngineStartError, match=r"import vllm failed in .*bash tools/setup_vllm_cpu.sh"):
+        EngineProcessClient(model_dir, python=sys.executable, timeout_s=60)
+
+
+class _FakeEngine:
+    def __init__(self, engine_lp, held):
+        self.engine_lp, self.weight_version = engine_lp, 3
+        self.last_group_sums = {"model.layers.0": 10.0, "lm_head": 5.0}
+        self.held = held
+
+    def score(self, sequences, starts):
+        return self.engine_lp
+
+    def group_sums(self):
+        return self.held
+
+
+def test_verify_refit_passes_and_names_the_stale_group():
+    probe = RefitProbe([torch.arange(6)], [2])
+    trainer = [torch.tensor([-1.0, -2.0, -3.0, -4.0])]
+    ok = _FakeEngine([trainer[0] + 1e-6], {"model.layers.0": 10.0, "lm_head": 5.0})
+    assert verify_refit(ok, lambda p: trainer, tolerance=1e-4, probe=probe)["refit_verify/abs_diff_mean"] < 1e-5
+    stale = _FakeEngine([trainer[0] + 0.1], {"model.layers.0": 10.0, "lm_head": 4.0})
+    with pytest.raises(RefitVerificationError, match="after refit 3.*largest mismatching parameter group: lm_head"):
+        verify_refit(stale, lambda p: trainer, tolerance=1e-3, probe=probe)
+    assert largest_group_difference({"a": 1.0, "b": 2.0}, {"a": 1.0}) == ("b", float("inf"))
+
+
+def test_engine_config_fields_are_checked():
+    RolloutConfig(engine="vllm", verify_refit_every=0)
+    for bad in (dict(engine_timeout_s=0), dict(engine_restart_retries=-1), dict(verify_refit_every=-1),
+                dict(verify_refit_tolerance=0), dict(refit_bucket_mb=0)):
+        with pytest.raises(ConfigError):
+            RolloutConfig(**bad)

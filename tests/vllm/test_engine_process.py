@@ -1,0 +1,154 @@
+"""The vLLM engine as its own process (fastrl/rollout/engine_client.py + engine_server.py), for real.
+
+The trainer side runs here (main environment); the engine runs in .venv-vllm (built by
+tools/setup_vllm_cpu.sh when missing). A tiny text-only Qwen2 model; the Hugging Face model of this
+environment is the reference for every log-prob.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
+
+from fastrl.config import ModelConfig
+from fastrl.models.tiny import build_tiny_hf_model_dir, build_tiny_text_model_dir
+from fastrl.rollout.engine import PromptInputs, RolloutPrompt, SamplingParams
+from fastrl.rollout.engine_client import EngineError, EngineProcessClient, EngineStartError
+from fastrl.rollout.hf_engine import teacher_forced_logprobs
+from fastrl.training.refit_verify import RefitVerificationError, verify_refit
+
+pytestmark = pytest.mark.vllm
+
+REPO = Path(__file__).resolve().parents[2]
+QUESTIONS = ["what is 2 plus 3?", "is there a red circle?", "name the blue shape.", "what color is it?"]
+LLM_KWARGS = dict(max_model_len=256, kv_cache_memory_bytes=64 * 2**20, enforce_eager=True, dtype="float32")
+BOUND_S = 20.0  # engine_timeout_s of these tests: a dead or hung engine is reported within it
+
+
+def _vllm_python() -> Path:
+    import subprocess
+
+    subprocess.run(["bash", str(REPO / "tools" / "setup_vllm_cpu.sh")], check=True, cwd=REPO)
+    return REPO / ".venv-vllm" / "bin" / "python"
+
+
+def _client(model_dir, **kw) -> EngineProcessClient:
+    kw.setdefault("timeout_s", 180.0)
+    return EngineProcessClient(model_dir, python=_vllm_python(), seed=0, llm_kwargs=LLM_KWARGS,
+                               env={"OMP_NUM_THREADS": "1"}, bucket_bytes=2**20, **kw)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("engine_process")
+    model_dir = build_tiny_text_model_dir(root / "tiny_text", ModelConfig())
+    client = _client(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    weights = load_file(model_dir / "model.safetensors")
+    gen = torch.Generator().manual_seed(1)
+    perturbed = {k: (v + 0.5 * torch.randn(v.shape, generator=gen) if k in ("lm_head.weight", "model.layers.1.mlp.down_proj.weight") else v)
+                 for k, v in weights.items()}
+    prompts = [RolloutPrompt(client.tokenizer.apply_chat_template([{"role": "user", "content": q}], tokenize=False,
+                                                                  add_generation_prompt=True)) for q in QUESTIONS]
+    yield {"client": client, "model": model, "weights": weights, "perturbed": perturbed, "prompts": prompts,
+           "model_dir": model_dir}
+    client.shutdown()
+
+
+def _hf_logprobs(model, rollouts, pad):
+    return teacher_forced_logprobs(model, [rollouts.prompt_inputs[i] for i in rollouts.prompt_index],
+                                   rollouts.response_token_ids, pad_token_id=pad)
+
+
+def _hf_probe(model):
+    def f(probe):
+        return teacher_forced_logprobs(
+            model, [PromptInputs(input_ids=s[:st]) for s, st in zip(probe.sequences, probe.starts)],
+            [s[st:] for s, st in zip(probe.sequences, probe.starts)], pad_token_id=0)
+    return f
+
+
+SAMPLE = SamplingParams(temperature=1.0, top_p=1.0, top_k=-1, max_tokens=10, seed=5)
+GREEDY = SamplingParams(temperature=0.0, top_p=1.0, top_k=-1, max_tokens=10)
+
+
+def test_generate_refit_and_verify(setup):
+    c, model = setup["client"], setup["model"]
+    out = c.generate(setup["prompts"], [2, 0, 3, 1], SAMPLE)
+    assert out.n_per_prompt == [2, 0, 3, 1] and len(out) == 6
+    assert out.prompt_index == [0, 0, 2, 2, 2, 3]
+    for a, b in zip(out.logprobs, _hf_logprobs(model, out, c.pad_token_id)):
+        assert (a - b).abs().max().item() <= 1e-4
+    assert not set(torch.cat(out.response_token_ids).tolist()) & set(c.suppressed_ids)
+    # the first refit (same weights) passes verification
+    c.verify_every = 1
+    c.update_weights(setup["weights"].items())
+    assert c.verify_due
+    m = verify_refit(c, _hf_probe(model), tolerance=1e-4)
+    assert m["refit_verify/abs_diff_mean"] <= 1e-5
+    greedy_before = c.generate(setup["prompts"], 1, GREEDY)
+
+    # refit to perturbed weights: the engine now follows the perturbed model
+    count = c.update_weights(setup["perturbed"].items())
+    assert count == len(setup["weights"])
+    assert c.refit_metrics["refit/bytes"] == sum(t.numel() * 4 for t in setup["weights"].values())
+    assert c.refit_metrics["refit/mb_per_s"] > 0
+    after = c.generate(setup["prompts"], 1, GREEDY)
+    assert [t.tolist() for t in after.response_token_ids] != [t.tolist() for t in greedy_before.response_token_ids]
+    perturbed_model = AutoModelForCausalLM.from_pretrained(setup["model_dir"], dtype=torch.float32).eval()
+    perturbed_model.load_state_dict(setup["perturbed"])
+    for a, b in zip(after.logprobs, _hf_logprobs(perturbed_model, after, c.pad_token_id)):
+        assert (a - b).abs().max().item() <= 1e-4
+    verify_refit(c, _hf_probe(perturbed_model), tolerance=1e-4)
+
+    # (d) a refit that skips the transfer leaves the engine stale: the verification names the group
+    c.skip_transfer = True
+    try:
+        c.update_weights(setup["weights"].items())
+        with pytest.raises(RefitVerificationError, match=r"largest mismatching parameter group: (lm_head|model\.layers\.1)"):
+            verify_refit(c, _hf_probe(model), tolerance=1e-3)
+    finally:
+        c.skip_transfer = False
+    c.update_weights(setup["weights"].items())
+    verify_refit(c, _hf_probe(model), tolerance=1e-4)
+
+
+def test_killed_engine_is_reported_then_restarted(setup):
+    c = setup["client"]
+    c.update_weights(setup["perturbed"].items())
+    expected = c.generate(setup["prompts"], 1, GREEDY)
+    os.kill(c.proc.pid, signal.SIGKILL)
+    start = time.monotonic()
+    with pytest.raises(EngineError) as err:
+        c.generate(setup["prompts"], 1, GREEDY)
+    assert time.monotonic() - start < BOUND_S
+    message = str(err.value)
+    assert "\n" not in message and "killed by signal 9" in message and c.name in message and "log tail" in message
+    # restart-and-retry: the perturbed weights are replayed into the new engine
+    c.restart_retries = 1
+    os.kill(c.proc.pid, signal.SIGKILL) if c.proc.poll() is None else None
+    again = c.generate(setup["prompts"], 1, GREEDY)
+    assert [t.tolist() for t in again.response_token_ids] == [t.tolist() for t in expected.response_token_ids]
+
+
+def test_hung_engine_is_reported_within_the_bound(setup):
+    c = setup["client"]
+    c.timeout_s = 3.0
+    start = time.monotonic()
+    with pytest.raises(EngineError, match="did not answer 'test_hang' within rollout.engine_timeout_s=3 s"):
+        c._test_hang(600)
+    assert time.monotonic() - start < BOUND_S
+    assert c.proc.poll() is not None  # killed, no orphan
+
+
+def test_vision_language_model_is_refused_at_start(tmp_path):
+    vl_dir = build_tiny_hf_model_dir(tmp_path / "tiny_vl", ModelConfig())
+    with pytest.raises(EngineStartError, match="cannot load Qwen2_5_VLForConditionalGeneration.*torchvision"):
+        _client(vl_dir)
