@@ -174,12 +174,14 @@ def load_processor(path: str | os.PathLike):
     the CPU build of torch -- transformers cannot build the Qwen2-VL *video* processor, so
     ``AutoProcessor`` fails for every Qwen2.5-VL directory; then the processor is assembled from
     the directory's tokenizer, image processor and chat template, without video support (passing
-    ``videos=`` raises ``ValueError``).
+    ``videos=`` raises ``ValueError``). The same assembly serves the tiny model where torchvision
+    is installed: its word-level tokenizer is a ``PreTrainedTokenizerFast``, which
+    ``Qwen2_5_VLProcessor`` refuses with a ``TypeError`` (it wants a ``Qwen2Tokenizer(Fast)``).
     """
     from transformers import AutoProcessor, AutoTokenizer, Qwen2VLImageProcessor
     from transformers.utils import is_torchvision_available
 
-    if is_torchvision_available():
+    if is_torchvision_available() and _tokenizer_class(path) != "PreTrainedTokenizerFast":
         return AutoProcessor.from_pretrained(path)
     tokenizer = AutoTokenizer.from_pretrained(path)
     image_processor = Qwen2VLImageProcessor.from_pretrained(path)
@@ -189,6 +191,12 @@ def load_processor(path: str | os.PathLike):
         video_processor=None,
         chat_template=tokenizer.chat_template,
     )
+
+
+def _tokenizer_class(path: str | os.PathLike) -> str | None:
+    """``tokenizer_class`` of a model directory's ``tokenizer_config.json`` (None when absent)."""
+    config = Path(path) / "tokenizer_config.json"
+    return json.loads(config.read_text()).get("tokenizer_class") if config.is_file() else None
 
 
 @functools.cache

@@ -169,3 +169,25 @@ def test_cached_dirs_are_named_by_settings(tmp_path):
     assert (a / tiny.TOKENIZER_SUBDIR / "tokenizer.json").is_file()
     config = json.loads((a / "config.json").read_text())
     assert config["model_type"] == "qwen2" and config["vocab_size"] % 64 == 0
+
+
+def test_tiny_processor_is_assembled_also_where_torchvision_is_installed(tmp_path, monkeypatch):
+    """With torchvision (GPU machines) AutoProcessor refuses the tiny model's word-level tokenizer
+    (TypeError: a Qwen2Tokenizer(Fast) was expected); load_processor must not call it for that
+    tokenizer class."""
+    import transformers
+    import transformers.utils
+
+    from fastrl.config import ModelConfig
+    from fastrl.models.tiny import build_tiny_hf_model_dir, load_processor
+
+    path = build_tiny_hf_model_dir(tmp_path / "tiny", ModelConfig(tiny_hidden_size=64, tiny_num_layers=1, tiny_intermediate_size=64, tiny_vision_hidden_size=32, tiny_vision_depth=1))
+
+    def refuse(*args, **kwargs):
+        raise TypeError("Received a PreTrainedTokenizerFast for argument tokenizer")
+
+    monkeypatch.setattr(transformers.utils, "is_torchvision_available", lambda: True)
+    monkeypatch.setattr(transformers.AutoProcessor, "from_pretrained", refuse)
+    processor = load_processor(path)
+    out = processor(text=["<|vision_start|><|image_pad|><|vision_end|> what"], images=[__import__("PIL.Image").Image.new("RGB", (56, 56))], return_tensors="pt")
+    assert int(out["image_grid_thw"].prod()) == 16 and out["input_ids"].shape[0] == 1
