@@ -20,6 +20,7 @@ Modes:
     python bench/algorithms.py --quick            # tiny model, 8 steps: the CI smoke run (minutes)
     python bench/algorithms.py --seeds 3          # the recipes as they are (120 steps, 2,000
                                                   # validation questions) x 3 seeds: hours
+    python bench/algorithms.py --seeds 3 --peer-seeds 3   # the peer rows on three seeds as well
     python bench/algorithms.py --recipes grpo,fastrl_grpo --steps 20
     python bench/algorithms.py --report-only --out runs/bench_algorithms   # tables from finished runs
 
@@ -56,12 +57,14 @@ PHASES = ("gen", "reward", "prune", "old", "ref", "update", "refit")
 
 @dataclass(frozen=True)
 class Entry:
-    """One recipe of the family: short label, recipe name, base label (None for a base)."""
+    """One recipe of the family: short label, recipe name, base label (None for a base); ``quick``:
+    part of ``--quick`` (the peer rows of issue 18 are not, so the smoke run keeps its length)."""
 
     label: str
     recipe: str
     base: str | None
     title: str
+    quick: bool = True
 
 
 FAMILY = (
@@ -73,12 +76,23 @@ FAMILY = (
     Entry("fastrl_dapo", "easyvqa_tiny_fastrl_dapo_cpu", "dapo", "DAPO + FastRL"),
     Entry("gspo", "easyvqa_tiny_gspo_cpu", None, "GSPO"),
     Entry("fastrl_gspo", "easyvqa_tiny_fastrl_gspo_cpu", "gspo", "GSPO + FastRL"),
+    # issue 18: ARS alone, the paper's refill geometry, and the peer selectors (full mode only)
+    Entry("ars_grpo", "easyvqa_tiny_ars_grpo_cpu", "grpo", "GRPO + ARS only", quick=False),
+    Entry("fastrl_refill_grpo", "easyvqa_tiny_fastrl_refill_grpo_cpu", "grpo", "GRPO + FastRL (paper refill)", quick=False),
+    Entry("pods_grpo", "easyvqa_tiny_pods_grpo_cpu", "grpo", "GRPO + PODS", quick=False),
+    Entry("random_grpo", "easyvqa_tiny_random_grpo_cpu", "grpo", "GRPO + random 50%", quick=False),
+    Entry("zeroadv_grpo", "easyvqa_tiny_zeroadv_grpo_cpu", "grpo", "GRPO + zero-advantage skip", quick=False),
+    Entry("fastrl_unbiased_grpo", "easyvqa_tiny_fastrl_unbiased_grpo_cpu", "grpo", "GRPO + unbiased MDAP (+ ARS)", quick=False),
+    Entry("greso_grpo", "easyvqa_tiny_greso_grpo_cpu", "grpo", "GRPO + GRESO-style skip", quick=False),
+    Entry("fastrl_unbiased_gspo", "easyvqa_tiny_fastrl_unbiased_gspo_cpu", "gspo", "GSPO + unbiased MDAP (+ ARS)", quick=False),
 )
+QUICK_FAMILY = tuple(e for e in FAMILY if e.quick)
 BY_LABEL = {e.label: e for e in FAMILY} | {e.recipe: e for e in FAMILY}
 
 #: ``--quick``: the recipes' model and their cached warm start (shared with ``make run``), 8 prompts x
 #: 8 rollouts, mini-batches of 2 prompts (so the refill multiple, 16 rollouts, lets pruning show),
-#: 8 steps, 64 validation questions, adaptive sampling periods of 3 steps so that ARS acts.
+#: 8 steps, 64 validation questions, adaptive sampling periods of 3 steps so that ARS acts. Only the
+#: ``quick`` entries (the base and FastRL rows) run.
 QUICK = [
     "rollout.prompts_per_step=8", "trainer.mini_batch_prompts=2", "parallel.micro_batch_size=8",
     "data.val_size=64", "trainer.val_every=4", "adaptive_sampling.period_steps=3", "reward.num_workers=1",
@@ -327,9 +341,11 @@ def _save(fig, path: Path, plt) -> None:
     plt.close(fig)
 
 
-def select_entries(spec: str | None) -> list[Entry]:
+def select_entries(spec: str | None, *, quick: bool = False) -> list[Entry]:
+    """The named entries in the family's order; none named: the whole family (``quick``: the
+    entries of the smoke run)."""
     if not spec:
-        return list(FAMILY)
+        return list(QUICK_FAMILY if quick else FAMILY)
     out = []
     for name in (s.strip() for s in spec.split(",") if s.strip()):
         if name not in BY_LABEL:
@@ -342,7 +358,11 @@ def select_entries(spec: str | None) -> list[Entry]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="tiny model and few steps (the CI smoke run)")
-    p.add_argument("--recipes", help="comma-separated subset, e.g. grpo,fastrl_grpo (default: all eight)")
+    p.add_argument("--recipes", help="comma-separated subset, e.g. grpo,fastrl_grpo (default: every row; "
+                   "--quick: the eight base and FastRL rows)")
+    p.add_argument("--peer-seeds", type=int, default=1,
+                   help="seeds of the peer rows (ARS only, paper refill, PODS, random, zero-advantage, unbiased "
+                        "MDAP, GRESO): 1..N, at most --seeds (default 1; the base/FastRL pairs run every seed)")
     p.add_argument("--steps", type=int, help=f"training steps per run (default: the recipes' own; {QUICK_STEPS} with --quick)")
     p.add_argument("--seeds", type=int, default=1, help="seeds 1..N per recipe (mean and spread over seeds)")
     p.add_argument("--out", type=Path, help="output directory (default runs/bench_algorithms[_quick])")
@@ -362,7 +382,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    entries = select_entries(args.recipes)
+    entries = select_entries(args.recipes, quick=args.quick)
     missing_bases = sorted({e.base for e in entries if e.base and BY_LABEL[e.base] not in entries})
     if missing_bases:
         print(f"algorithms: note: base run(s) {', '.join(missing_bases)} not selected; their speedups are left empty")
@@ -378,6 +398,8 @@ def main(argv: list[str] | None = None) -> int:
             seed_dir = out / f"seed{seed}"
             print(f"seed {seed}: {len(entries)} runs into {seed_dir}", flush=True)
             for e in entries:
+                if not e.quick and seed > args.peer_seeds:
+                    continue
                 if args.fresh and (seed_dir / e.recipe).exists():
                     shutil.rmtree(seed_dir / e.recipe)
                 info = run_recipe(e, seed_dir, [*overrides, *seed_overrides(seed)], threads=args.threads, timeout=args.timeout)

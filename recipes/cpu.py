@@ -165,3 +165,64 @@ def qwen2_tiny_text_fastrl_grpo_vllm_cpu() -> RunConfig:
         warm_start=WarmStartConfig(enabled=False),
         trainer=replace(base.trainer, max_steps=30, mini_batch_prompts=4, val_every=0),
     )
+
+
+# ---- issue 18: peer selectors and ARS-only, on the same pipeline (the free update geometry) ----
+
+
+def _method(name: str, method: str, **pruning) -> RunConfig:
+    base = _tiny_base(name)
+    return replace(base, pruning=replace(base.pruning, method=method, **pruning))
+
+
+@register()
+def easyvqa_tiny_ars_grpo_cpu() -> RunConfig:
+    """GRPO + ARS only: MDAP runs for ARS's statistics, every rollout trains (``pruning.apply=false``)."""
+    base = _with_fastrl(_tiny_base("easyvqa_tiny_ars_grpo_cpu"))
+    return replace(base, pruning=replace(base.pruning, apply=False))
+
+
+@register()
+def easyvqa_tiny_fastrl_refill_grpo_cpu() -> RunConfig:
+    """GRPO + FastRL in the paper's update geometry (Phase 2 refill to the mini-batch multiple)."""
+    base = _with_fastrl(_tiny_base("easyvqa_tiny_fastrl_refill_grpo_cpu"))
+    return replace(base, pruning=replace(base.pruning, refill_to="mini_batch"))
+
+
+@register()
+def easyvqa_tiny_pods_grpo_cpu() -> RunConfig:
+    """GRPO + PODS max-variance down-sampling (half of each group)."""
+    return _method("easyvqa_tiny_pods_grpo_cpu", "pods", keep_ratio=0.5)
+
+
+@register()
+def easyvqa_tiny_random_grpo_cpu() -> RunConfig:
+    """GRPO + random 50% of each group (paper Table 5's random-p, p = 0.5)."""
+    return _method("easyvqa_tiny_random_grpo_cpu", "random", keep_ratio=0.5)
+
+
+@register()
+def easyvqa_tiny_zeroadv_grpo_cpu() -> RunConfig:
+    """GRPO + zero-advantage skip (drop the rollouts with A = 0)."""
+    return _method("easyvqa_tiny_zeroadv_grpo_cpu", "zero_adv_skip")
+
+
+@register()
+def easyvqa_tiny_fastrl_unbiased_grpo_cpu() -> RunConfig:
+    """GRPO + importance-weighted MDAP (+ ARS): kept rollouts weighted by their bucket's members / kept."""
+    base = _with_fastrl(_tiny_base("easyvqa_tiny_fastrl_unbiased_grpo_cpu"))
+    return replace(base, pruning=replace(base.pruning, method="fastrl_unbiased"))
+
+
+@register()
+def easyvqa_tiny_greso_grpo_cpu() -> RunConfig:
+    """GRPO + GRESO-style pre-rollout prompt skipping (zero-variance history; saves generation)."""
+    return _method("easyvqa_tiny_greso_grpo_cpu", "greso")
+
+
+@register()
+def easyvqa_tiny_fastrl_unbiased_gspo_cpu() -> RunConfig:
+    """GSPO + importance-weighted MDAP (+ ARS): a candidate fix for GSPO + FastRL's late seed (issue 18,
+    deliverable 4; not measured on three seeds yet, so not the GSPO + FastRL default)."""
+    base = _with_fastrl(_gspo(_tiny_base("easyvqa_tiny_fastrl_unbiased_gspo_cpu")))
+    return replace(base, pruning=replace(base.pruning, method="fastrl_unbiased"))

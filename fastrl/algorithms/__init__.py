@@ -19,11 +19,14 @@ from fastrl.algorithms.kl import k1, k2, kl_estimate, low_var_kl
 from fastrl.algorithms.kl_penalty import KLPenalty, kl_penalized_rewards
 from fastrl.algorithms.losses import aggregate_loss, gspo_loss, kl_loss, loss_denominator, ppo_clip_loss
 from fastrl.algorithms.minhash import ResponseSketch, estimate_jaccard, minhash_sketch
+from fastrl.algorithms.peer_selectors import max_variance_subset, pods_select, zero_advantage_select
+from fastrl.algorithms.prompt_skipping import PromptSkipper
 from fastrl.algorithms.pruning import PruneResult, jaccard, mdap_select, refill_need
 
 __all__ = [
     "AdaptiveRolloutSampler",
     "KLPenalty",
+    "PromptSkipper",
     "PruneResult",
     "ResponseSketch",
     "advantage_only_select",
@@ -41,9 +44,11 @@ __all__ = [
     "kl_penalized_rewards",
     "loss_denominator",
     "low_var_kl",
+    "max_variance_subset",
     "mdap_select",
     "minhash_sketch",
     "overlong_penalty",
+    "pods_select",
     "ppo_clip_loss",
     "random_select",
     "refill_need",
@@ -51,4 +56,5 @@ __all__ = [
     "sequence_to_token_advantages",
     "token_to_sequence_advantages",
     "truncated_importance_weights",
+    "zero_advantage_select",
 ]

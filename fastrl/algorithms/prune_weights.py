@@ -23,7 +23,7 @@ import torch
 from fastrl.algorithms._checks import check_choice
 from fastrl.algorithms._prune_batch import SEMANTICS, advantage_buckets, prepare_batch, to_numpy
 
-__all__ = ["bucket_size_weights"]
+__all__ = ["bucket_size_weights", "inverse_keep_weights"]
 
 
 def bucket_size_weights(
@@ -66,4 +66,62 @@ def bucket_size_weights(
     w = np.zeros(b.n, dtype=np.float64)
     w[kept] = members[bid[kept]] / kept_in[bid[kept]]
     w[kept] /= w[kept].mean()
+    return torch.from_numpy(w.astype(np.float32))
+
+
+def inverse_keep_weights(
+    advantages: Any,
+    group_ids: Any,
+    keep: Any,
+    *,
+    lengths: Any = None,
+    semantics: Literal["reference", "paper"] = "reference",
+    adv_tolerance: float = 1e-4,
+) -> torch.Tensor:
+    """Importance weights of the unbiased MDAP variant (``pruning.method="fastrl_unbiased"``; in
+    the spirit of DPPO, arXiv 2603.04135).
+
+    Estimator. The full batch's token-mean policy gradient is
+    ``G = (1/T) sum_i A_i sum_t g_it`` over all rollouts ``i`` (``T`` their tokens). Group the rows
+    of a prompt into MDAP's advantage buckets ``b`` (``m_b`` members, equal ``A``); pruning keeps
+    ``k_b >= 1`` of them, each member of ``b`` with probability ``pi_i = k_b / m_b`` when the choice
+    inside a bucket is exchangeable (the members are i.i.d. samples of the same prompt; MDAP's
+    similarity filter chooses by content, so this holds approximately). Horvitz-Thompson:
+    ``E[sum_{i kept} (1/pi_i) A_i sum_t g_it] = sum_i A_i sum_t g_it``, so weighting each kept row
+    by ``w_i = m_b / k_b`` makes the kept token-sum unbiased for the full one. The trainer
+    normalizes by the kept tokens ``T_K`` (a global token mean), not ``T``; the weights are
+    therefore multiplied by ``T_K / T_hat`` with ``T_hat = sum_{i kept} w_i L_i`` (the
+    Horvitz-Thompson estimate of ``T``): the update is then the ratio (Hajek) estimator
+    ``sum w_i A_i sum_t g_it / T_hat``, consistent for ``G``. Buckets that lost every member
+    (``k_b = 0``) cannot be recovered (MDAP keeps one of every bucket in Phase 1, so this does
+    not happen before a trim). Unlike :func:`bucket_size_weights` the weights are not normalized to
+    mean 1: their scale carries the ``T_K / T_hat`` correction.
+
+    Args:
+        advantages, group_ids, keep, semantics, adv_tolerance: as :func:`bucket_size_weights`.
+        lengths: int [N] response tokens per rollout (None: every rollout counts 1, a
+            sequence-mean loss).
+
+    Returns:
+        float32 [N]: ``w_i T_K / T_hat`` on the kept rows, 0 on the pruned rows.
+    """
+    check_choice(semantics, "semantics", SEMANTICS)
+    b = prepare_batch(advantages, group_ids)
+    kept = to_numpy(keep).astype(bool).reshape(-1)
+    if kept.shape[0] != b.n:
+        raise ValueError(f"`keep` has {kept.shape[0]} rows but `advantages` has {b.n}; they must match")
+    if not kept.any():
+        raise ValueError("`keep` keeps no rollout: there is nothing to weight")
+    lens = np.ones(b.n) if lengths is None else to_numpy(lengths).astype(np.float64).reshape(-1)
+    if lens.shape[0] != b.n:
+        raise ValueError(f"`lengths` has {lens.shape[0]} rows but `advantages` has {b.n}; they must match")
+    bid, num_buckets = advantage_buckets(b, semantics, float(adv_tolerance))
+    members = np.bincount(bid, minlength=num_buckets).astype(np.float64)
+    kept_in = np.bincount(bid[kept], minlength=num_buckets).astype(np.float64)
+    w = np.zeros(b.n, dtype=np.float64)
+    w[kept] = members[bid[kept]] / kept_in[bid[kept]]
+    t_hat = float((w[kept] * lens[kept]).sum())
+    t_kept = float(lens[kept].sum())
+    if t_hat > 0:
+        w[kept] *= t_kept / t_hat
     return torch.from_numpy(w.astype(np.float32))

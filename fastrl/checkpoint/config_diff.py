@@ -69,6 +69,7 @@ HARMLESS_KEYS: tuple[str, ...] = (
     "rollout.sleep_between_steps",
     "rollout.engine_python",
     "rollout.engine_timeout_s",
+    "rollout.engine_startup_timeout_s",
     "rollout.engine_restart_retries",
     "rollout.engine_kv_cache_mb",
     "rollout.engine_threads",

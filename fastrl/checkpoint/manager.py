@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from fastrl.checkpoint.layout import BEST_FILE, COMPLETE_MARKER, LATEST_FILE, STEP_DIR as _STEP_DIR, step_dir_name
+from fastrl.checkpoint.layout import BEST_FILE, COMPLETE_MARKER, LATEST_FILE, step_dir_name
+from fastrl.checkpoint.layout import STEP_DIR as _STEP_DIR
 
 
 class CheckpointError(RuntimeError):

@@ -54,8 +54,11 @@ class RolloutConfig:
         "None: vLLM inside the trainer process (its environment must hold vLLM).",
     )
     engine_timeout_s: float = doc(
-        600.0, "vLLM process: longest wait for any engine reply (start-up included) before the run stops "
-        "with the engine's exit status and log tail.",
+        600.0, "vLLM process: longest wait for any engine reply before the run stops with the engine's "
+        "exit status and log tail (a dead engine is reported at once).",
+    )
+    engine_startup_timeout_s: float = doc(
+        600.0, "vLLM process: longest wait for the engine to start (vLLM import, model load, warm-up).",
     )
     engine_restart_retries: int = doc(
         0, "vLLM process: engine restarts one generate call may use after the engine died or hung "
@@ -77,6 +80,7 @@ class RolloutConfig:
     def __post_init__(self) -> None:
         _check_finite(self, "rollout")
         _check(self.engine_timeout_s > 0, f"rollout.engine_timeout_s must be > 0, got {self.engine_timeout_s}")
+        _check(self.engine_startup_timeout_s > 0, f"rollout.engine_startup_timeout_s must be > 0, got {self.engine_startup_timeout_s}")
         _check(self.engine_restart_retries >= 0, f"rollout.engine_restart_retries must be >= 0, got {self.engine_restart_retries}")
         _check(self.engine_kv_cache_mb >= 1, f"rollout.engine_kv_cache_mb must be >= 1, got {self.engine_kv_cache_mb}")
         _check(self.engine_threads >= 0, f"rollout.engine_threads must be >= 0, got {self.engine_threads}")
@@ -195,11 +199,39 @@ class AlgorithmConfig:
 class PruningConfig:
     """Rollout pruning after advantage estimation (MDAP and baselines; spec section 2)."""
 
-    method: Literal["none", "fastrl", "cppo", "random", "advantage_only"] = doc(
+    method: Literal[
+        "none", "fastrl", "fastrl_unbiased", "cppo", "random", "advantage_only", "pods", "zero_adv_skip", "greso"
+    ] = doc(
         "fastrl",
         "none: train on every rollout; fastrl: MDAP (advantage buckets + Jaccard diversity); "
+        "fastrl_unbiased: MDAP with each kept rollout's advantage reweighted by the inverse of its "
+        "bucket's keep share (an importance-weighted estimate of the full-group gradient; "
+        "fastrl/algorithms/prune_weights.py::inverse_keep_weights); "
         "cppo: top-k |advantage| per group; random: random subset; advantage_only: one random "
-        "rollout per advantage bucket.",
+        "rollout per advantage bucket; pods: PODS max-variance down-sampling (keep_ratio of each "
+        "group); zero_adv_skip: drop the rollouts whose advantage is 0; greso: GRESO-style "
+        "pre-rollout prompt skipping from each prompt's zero-variance history (no generation for "
+        "the skipped prompts; every generated rollout trains; fastrl/algorithms/prompt_skipping.py).",
+    )
+    apply: bool = doc(
+        True,
+        "False: run the pruner for its statistics only (the adaptive sampler's kept counts, the "
+        "prune/* metrics) and train on every rollout: the 'ARS only' ablation.",
+    )
+    greso_explore_prob: float = doc(
+        0.5, "greso: a prompt zero-variance the last z times it was drawn is generated with probability this ** z."
+    )
+    greso_max_skip_fraction: float = doc(0.5, "greso: at most this fraction of a step's prompts is skipped.")
+    refill_to: Literal["free", "mini_batch"] = doc(
+        "free",
+        "Update geometry of the kept set. free: the kept count is only rounded to what data "
+        "parallelism needs (a multiple of dp_size; of dp_size x micro_batch_size with pipeline "
+        "parallelism), each step makes a fixed number of optimizer updates "
+        "(ppo_epochs x prompts_per_step / mini_batch_prompts) over equal shares of the kept "
+        "rollouts, and the LR schedule counts exactly those updates. mini_batch: the reference "
+        "implementation and paper (spec 2.3): Phase 2 refills the kept count to a multiple of the "
+        "mini-batch (mini_batch_prompts x n) and one update runs per mini-batch (the LR schedule "
+        "is sized as before: steps x prompts / mini-batch).",
     )
     semantics: Literal["reference", "paper"] = doc(
         "reference", "MDAP semantics: the released reference code (default) or the paper's text."
@@ -224,12 +256,13 @@ class PruningConfig:
         "When too few pruned rollouts exist to refill to a multiple, pad instead of failing.",
     )
     seed: int = doc(0, "Seed of the random and advantage-only pruners.")
-    weighting: Literal["none", "bucket_size"] = doc(
+    weighting: Literal["none", "bucket_size", "inverse_keep"] = doc(
         "none",
         "none: kept rollouts train with weight 1 (paper and reference); bucket_size: each kept "
         "rollout's advantage is scaled by (members / kept) of its advantage bucket, normalized to "
         "mean 1, so every bucket weighs what it did before pruning (beyond the paper; see "
-        "fastrl/algorithms/prune_weights.py).",
+        "fastrl/algorithms/prune_weights.py); inverse_keep: the importance weights of "
+        "method=fastrl_unbiased (members / kept of the bucket, token-renormalized; any method).",
     )
 
     def __post_init__(self) -> None:
@@ -240,6 +273,11 @@ class PruningConfig:
         )
         _check(self.adv_tolerance >= 0, f"pruning.adv_tolerance must be >= 0, got {self.adv_tolerance}")
         _check(self.ngram >= 1, f"pruning.ngram must be >= 1, got {self.ngram}")
+        _check(0 < self.greso_explore_prob <= 1, f"pruning.greso_explore_prob must be in (0, 1], got {self.greso_explore_prob}")
+        _check(
+            0 <= self.greso_max_skip_fraction < 1,
+            f"pruning.greso_max_skip_fraction must be in [0, 1), got {self.greso_max_skip_fraction}",
+        )
         _check(0 < self.keep_ratio <= 1, f"pruning.keep_ratio must be in (0, 1], got {self.keep_ratio}")
         _check(
             16 <= self.minhash_num_perm <= 4096 and self.minhash_num_perm & (self.minhash_num_perm - 1) == 0,

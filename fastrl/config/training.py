@@ -176,6 +176,15 @@ class TrainerConfig:
         "Prompts per policy-update mini-batch (EasyR1's global_batch_size). The kept rollouts are "
         "refilled to a multiple of this x n (reference) and of dp_size x micro_batch_size.",
     )
+    micro_batch_tokens: int = doc(
+        0,
+        "Token budget of an update micro-batch with pruning.refill_to=free (verl use_dynamic_bsz): "
+        "each rank's update share is cut into consecutive micro-batches of at most this many real "
+        "tokens (prompt + response; a longer rollout gets its own). 0: micro-batches of "
+        "parallel.micro_batch_size rollouts (the last may be shorter). The loss is normalized by "
+        "the global token count, so the gradient does not depend on the cut. Ignored with pipeline "
+        "parallelism (equal micro-batches).",
+    )
     val_every: int = doc(20, "Validate every K steps (0: only at the end).")
     val_before_train: bool = doc(True, "Validate the starting policy.")
     val_only: bool = doc(
@@ -197,6 +206,7 @@ class TrainerConfig:
             self.max_steps is None or self.max_steps >= 1, f"trainer.max_steps must be >= 1 or none, got {self.max_steps}"
         )
         _check(self.mini_batch_prompts >= 1, f"trainer.mini_batch_prompts must be >= 1, got {self.mini_batch_prompts}")
+        _check(self.micro_batch_tokens >= 0, f"trainer.micro_batch_tokens must be >= 0, got {self.micro_batch_tokens}")
         _check(self.val_every >= 0, f"trainer.val_every must be >= 0, got {self.val_every}")
         _check_seed(self.seed, "trainer.seed")
         _check(self.torch_threads >= 1, f"trainer.torch_threads must be >= 1, got {self.torch_threads}")

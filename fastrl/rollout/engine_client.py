@@ -101,7 +101,8 @@ class EngineProcessClient:
         python: the engine environment's interpreter.
         seed: engine seed; per-prompt request seeds are drawn from it when a call has no seed.
         suppress_special_tokens: never sample vision, bos, pad, unk or padded-vocabulary tokens.
-        timeout_s: longest wait for any reply (start-up included).
+        timeout_s: longest wait for any reply after start-up.
+        startup_timeout_s: longest wait for the engine to start (vLLM import and model load).
         restart_retries: engine restarts one :meth:`generate` call may use.
         bucket_bytes: refit bucket size.
         skip_after_first: names that never change after the first refit (frozen vision tower).
@@ -122,6 +123,7 @@ class EngineProcessClient:
         seed: int = 0,
         suppress_special_tokens: bool = True,
         timeout_s: float = 600.0,
+        startup_timeout_s: float = 600.0,
         restart_retries: int = 0,
         bucket_bytes: int = 64 * 2**20,
         skip_after_first: Callable[[str], bool] | None = None,
@@ -149,6 +151,7 @@ class EngineProcessClient:
         allowed = [i for i in range(len(self.tokenizer)) if i not in suppressed] if suppressed else None
         eos = config.get_text_config().eos_token_id
         self.timeout_s = float(timeout_s)
+        self.startup_timeout_s = float(startup_timeout_s)
         self.restart_retries = int(restart_retries)
         self.name = name
         self._generator = torch.Generator().manual_seed(seed)
@@ -205,10 +208,10 @@ class EngineProcessClient:
             child.close()
         self.sock = parent
         try:
-            ready = self._receive("start-up", self.timeout_s)
+            ready = self._receive("start-up", self.startup_timeout_s, setting="rollout.engine_startup_timeout_s")
         except EngineError as err:
             self._kill()
-            raise EngineStartError(f"{err}; engine interpreter {self.python}; install or repair it with: {INSTALL_HINT}") from None
+            raise EngineStartError(str(err)) from None
         if not ready.get("ok"):
             self._kill()
             kind = ready.get("kind")
@@ -250,14 +253,14 @@ class EngineProcessClient:
             f"killed by signal {-rc}" if rc is not None else "still running")
         return EngineError(f"{self.name} (pid {pid}, {self.python}) {what}: {status}; log tail: {self._log_tail()}")
 
-    def _receive(self, op: str, timeout: float) -> dict:
+    def _receive(self, op: str, timeout: float, setting: str = "rollout.engine_timeout_s") -> dict:
         deadline = time.monotonic() + timeout
         assert self.sock is not None
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self._kill()
-                raise self._dead(f"did not answer {op!r} within rollout.engine_timeout_s={timeout:g} s (hung; killed)")
+                raise self._dead(f"did not answer {op!r} within {setting}={timeout:g} s (hung; killed)")
             ready, _, _ = select.select([self.sock], [], [], min(0.2, remaining))
             if ready:
                 try:
@@ -521,7 +524,7 @@ def engine_client_from_config(cfg: Any, policy_dir: str | os.PathLike, device: t
         env["OMP_NUM_THREADS"] = str(threads)
     return EngineProcessClient(
         policy_dir, python=ro.engine_python, seed=ro.seed, suppress_special_tokens=ro.suppress_special_tokens,
-        timeout_s=ro.engine_timeout_s, restart_retries=ro.engine_restart_retries,
+        timeout_s=ro.engine_timeout_s, startup_timeout_s=ro.engine_startup_timeout_s, restart_retries=ro.engine_restart_retries,
         bucket_bytes=int(ro.refit_bucket_mb * 2**20),
         skip_after_first=frozen_vision_weight if cfg.model.freeze_vision_tower else None,
         name=f"vllm engine process of rank pid {os.getpid()}", llm_kwargs=llm_kwargs, env=env,

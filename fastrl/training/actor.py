@@ -181,8 +181,14 @@ class Actor:
         metrics["actor/loss"] = loss.detach()
         return loss, metrics
 
-    def forward_backward(self, batch: PolicyBatch) -> dict[str, float]:
+    def forward_backward(self, batch: PolicyBatch, micro_sizes: list[int] | None = None) -> dict[str, float]:
         """Gradients of the mini-batch loss, reduced over DP, in the DDP grad buffers (no step).
+
+        ``micro_sizes``: rows of each consecutive micro-batch (summing to ``len(batch)``; the free
+        geometry's token-budget cut, :func:`fastrl.training.geometry.token_micro_batches`; no
+        pipeline parallelism). None: micro-batches of ``parallel.micro_batch_size``. The loss of
+        each micro-batch is its token sum over the global denominator, so the gradient is the same
+        for every cut (``tests/distributed/test_split_invariance.py``).
 
         Returns:
             ``actor/loss`` (the global mini-batch loss, identical on every rank of the last pipeline
@@ -196,7 +202,15 @@ class Actor:
             chunk.train()
             chunk.zero_grad_buffer()
         self.optimizer.zero_grad()
-        micro_batches = list(batch.micro_batches(self.micro_batch_size))
+        if micro_sizes is None:
+            micro_batches = list(batch.micro_batches(self.micro_batch_size))
+        else:
+            if sum(micro_sizes) != len(batch) or min(micro_sizes, default=0) < 1:
+                raise ValueError(f"micro-batch sizes {micro_sizes} do not split {len(batch)} rollouts")
+            bounds = [0]
+            for size in micro_sizes:
+                bounds.append(bounds[-1] + size)
+            micro_batches = [batch.select(range(a, b)) for a, b in zip(bounds[:-1], bounds[1:])]
         local = loss_denominator(batch.response_mask, self.agg_mode)
         global_den = collectives.all_reduce_sum_dp(local)  # the one DP reduction before the loss
         if float(global_den) <= 0:
@@ -214,7 +228,7 @@ class Actor:
             model=chunks,
             num_microbatches=len(micro_batches),
             seq_length=batch.seq_length,
-            micro_batch_size=self.micro_batch_size,
+            micro_batch_size=len(micro_batches[0]),  # unused without pipeline parallelism
             forward_only=False,
         )
         return self._reduce_metrics(outputs)
@@ -243,8 +257,8 @@ class Actor:
             "actor/update_skipped": float(not ok),
         }
 
-    def update(self, batch: PolicyBatch) -> dict[str, float]:
+    def update(self, batch: PolicyBatch, micro_sizes: list[int] | None = None) -> dict[str, float]:
         """One optimizer step on this DP rank's share of a mini-batch; global metrics."""
-        metrics = self.forward_backward(batch)
+        metrics = self.forward_backward(batch, micro_sizes)
         metrics.update(self.step())
         return metrics

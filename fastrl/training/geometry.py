@@ -12,6 +12,22 @@ One place for every rule (see docs/parallelism.md, "Micro-batches and the loss")
 - each rank splits its rows into :func:`mini_batch_sizes`, one optimizer update each
   (``algorithm.ppo_epochs`` passes), :func:`rank_mini_batch_rows` rollouts per update;
 - the LR schedule is sized by :func:`updates_per_step_estimate`.
+
+Two geometries (``pruning.refill_to``; docs/algorithm.md, "Update geometry"):
+
+- ``"mini_batch"`` (the reference implementation and the paper): the rules above. Pruning is
+  quantized: with 32 prompts x 8 and mini-batches of 16 prompts the kept count is 128 or 256.
+- ``"free"`` (default): the kept count is rounded only to what data parallelism needs
+  (:func:`kept_multiple`: dp_size, or dp_size x micro_batch_size with pipeline parallelism);
+  each step makes a fixed number of optimizer updates, :func:`updates_per_pass` per
+  ``ppo_epochs`` pass (prompts_per_step / mini_batch_prompts, as an unpruned step), each over an
+  equal share of the kept rollouts (:func:`update_shares`), cut into micro-batches by a token
+  budget (:func:`token_micro_batches`, ``trainer.micro_batch_tokens``) or by
+  ``parallel.micro_batch_size`` rows (the last may be shorter). The loss is a token mean over the
+  GLOBAL token count of the update (:class:`~fastrl.training.actor.Actor`), so neither the cut
+  nor the DP split changes the loss or the gradient. The LR schedule then counts exactly the
+  updates that run (``steps x updates_per_step_estimate``), so a linear/cosine decay completes
+  whatever MDAP keeps or ARS chooses.
 """
 
 from __future__ import annotations
@@ -24,14 +40,84 @@ from fastrl.algorithms import pruning as P
 from fastrl.config import RunConfig
 
 
+def free_geometry(cfg: RunConfig) -> bool:
+    """True for ``pruning.refill_to='free'`` (the kept count is not quantized by the mini-batch)."""
+    return cfg.pruning.refill_to == "free"
+
+
+def equal_micro_batches(cfg: RunConfig) -> bool:
+    """Whether every micro-batch must hold ``parallel.micro_batch_size`` rollouts: always in the
+    mini-batch geometry, and with pipeline parallelism (fixed activation shapes between stages)."""
+    return not free_geometry(cfg) or cfg.parallel.pipeline_model_parallel_size > 1
+
+
+def kept_multiple(cfg: RunConfig, dp_size: int) -> int:
+    """What the kept count must be a multiple of in the free geometry: ``dp_size`` (every rank the
+    same count), ``dp_size x micro_batch_size`` when micro-batches must be equal."""
+    return dp_size * cfg.parallel.micro_batch_size if equal_micro_batches(cfg) else dp_size
+
+
 def whole_micro_batches(cfg: RunConfig, dp_size: int) -> int:
-    """Rollouts of one micro-batch on every DP rank: ``dp_size x parallel.micro_batch_size``."""
+    """Rollouts of one micro-batch on every DP rank: ``dp_size x parallel.micro_batch_size``
+    (free geometry: :func:`kept_multiple`)."""
+    if free_geometry(cfg):
+        return kept_multiple(cfg, dp_size)
     return dp_size * cfg.parallel.micro_batch_size
 
 
 def refill_multiple(cfg: RunConfig, dp_size: int, n: int) -> int:
-    """Phase-2 refill multiple at group size ``n`` (:meth:`RunConfig.update_multiple`)."""
+    """Phase-2 refill multiple at group size ``n`` (:meth:`RunConfig.update_multiple`); in the
+    free geometry only :func:`kept_multiple` (Phase 2 adds at most ``multiple - 1`` rollouts)."""
+    if free_geometry(cfg):
+        return kept_multiple(cfg, dp_size)
     return cfg.update_multiple(dp_size, n=n)
+
+
+def updates_per_pass(cfg: RunConfig) -> int:
+    """Optimizer updates per ``ppo_epochs`` pass of the free geometry:
+    ``prompts_per_step // mini_batch_prompts`` (>= 1), whatever the kept count."""
+    return max(1, cfg.rollout.prompts_per_step // cfg.trainer.mini_batch_prompts)
+
+
+def update_shares(rows: int, updates: int, micro: int = 1) -> list[int]:
+    """Rows of each optimizer update of one pass in the free geometry: ``updates`` near-equal
+    consecutive shares of ``rows`` (the first ``rows % updates`` one larger), fewer when there are
+    fewer than ``updates`` units of ``micro`` rows; each share a whole number of ``micro``-row units.
+
+    Raises:
+        ValueError: ``rows`` is not a positive multiple of ``micro``, or ``updates < 1``.
+    """
+    if updates < 1 or micro < 1 or rows < 1 or rows % micro:
+        raise ValueError(f"cannot split {rows} rollouts into {updates} updates of whole units of {micro}")
+    units = rows // micro
+    count = min(updates, units)
+    base, extra = divmod(units, count)
+    return [(base + (1 if i < extra else 0)) * micro for i in range(count)]
+
+
+def token_micro_batches(lengths: list[int] | torch.Tensor, budget: int, max_rows: int | None = None) -> list[int]:
+    """Sizes of consecutive micro-batches holding at most ``budget`` tokens each (a rollout longer
+    than the budget gets a micro-batch of its own); ``max_rows`` caps the rows of one micro-batch.
+    ``budget <= 0``: micro-batches of ``max_rows`` rows (the last may be shorter).
+
+    The order of the rows is kept, so the micro-batches concatenate back to the input.
+    """
+    lens = [int(x) for x in (lengths.tolist() if isinstance(lengths, torch.Tensor) else lengths)]
+    if not lens:
+        return []
+    cap = max_rows if max_rows and max_rows > 0 else len(lens)
+    if budget <= 0:
+        return [min(cap, len(lens) - i) for i in range(0, len(lens), cap)]
+    sizes: list[int] = []
+    rows = tokens = 0
+    for length in lens:
+        if rows and (tokens + length > budget or rows >= cap):
+            sizes.append(rows)
+            rows = tokens = 0
+        rows += 1
+        tokens += length
+    sizes.append(rows)
+    return sizes
 
 
 def rank_mini_batch_rows(cfg: RunConfig, dp_size: int, n: int) -> int:
@@ -40,7 +126,11 @@ def rank_mini_batch_rows(cfg: RunConfig, dp_size: int, n: int) -> int:
 
 
 def updates_per_step_estimate(cfg: RunConfig) -> int:
-    """Optimizer updates of an unpruned step at the configured n (sizes the LR schedule)."""
+    """Optimizer updates per step (sizes the LR schedule): ``ppo_epochs x prompts_per_step //
+    mini_batch_prompts``. Exact in the free geometry (every step makes that many, unless a rank
+    holds fewer rollouts than updates); in the mini-batch geometry the count of an unpruned step
+    at the configured n (a pruned step makes fewer, so a decay does not complete there: kept so
+    that ``refill_to=mini_batch`` reproduces the reference runs exactly)."""
     return cfg.algorithm.ppo_epochs * max(1, cfg.rollout.prompts_per_step // cfg.trainer.mini_batch_prompts)
 
 

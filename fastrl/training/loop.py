@@ -75,6 +75,9 @@ def end_period_if_due(run: RunParts, state: TrainState, epochs_completed: int) -
     if not a.enabled:
         return {}
     due = (a.period == "steps" and state.step % a.period_steps == 0) or (a.period == "epoch" and epochs_completed > 0)
+    # A boundary at the final step would choose an n that no step uses (and log it as if it acted):
+    # the run's last period ends with the run; its per-step ars/f1, ars/f2 are in the step metrics.
+    due = due and state.step < state.total_steps
     if not (due and state.ars.num_recorded > 0):
         return {}
     new_n = state.ars.end_period(state.step / max(state.total_steps, 1))

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from fastrl.algorithms.minhash import ResponseSketch, minhash_sketch
-from fastrl.algorithms.prune_weights import bucket_size_weights
+from fastrl.algorithms.prune_weights import bucket_size_weights, inverse_keep_weights
 from fastrl.algorithms.pruning import PruneResult
 from fastrl.batch import PolicyBatch
 from fastrl.config import RunConfig
@@ -50,6 +50,13 @@ class PruneOutcome:
     result: PruneResult
     weights: torch.Tensor | None
     padding: int = 0
+    ars_counts: dict[int, int] | None = None
+
+    @property
+    def kept_per_group(self) -> dict[int, int]:
+        """What the adaptive sampler records: the pruner's kept count per group (with
+        ``pruning.apply=false`` the pruner's choice, although every rollout trains)."""
+        return self.ars_counts if self.ars_counts is not None else self.result.kept_per_group
 
 
 def prune(
@@ -74,6 +81,7 @@ def prune(
     generator = torch.Generator().manual_seed(derive_seed(pc.seed, step))
     m: Metrics = {}
     padding = 0
+    stats: dict = {}
 
     def select(g):
         nonlocal padding
@@ -86,6 +94,11 @@ def prune(
         else:
             mult = whole if len(g) < multiple else multiple  # a short batch (DAPO): whole micro-batches
             result = select_rollouts(pc, g.advantages.float(), g.group_ids, resp, multiple=mult, generator=generator)
+            if not pc.apply:  # statistics only (ARS-only ablation): every rollout trains
+                stats["counts"] = dict(result.kept_per_group)
+                m["prune/selected_fraction"] = result.num_kept / max(len(g), 1)
+                result = keep_all(g.group_ids, torch.as_tensor(
+                    [int(r.numel()) for r in resp] if g.responses is not None else g.response_lengths))
         result, dropped, padding = fit_to_micro_batches(result, g.advantages, g.group_ids, whole)
         m["prune/dropped_for_geometry"] = float(dropped)
         return result
@@ -101,11 +114,19 @@ def prune(
     m.update(result.metrics())
     kept_adv = outcome.inputs.advantages[outcome.keep].double()
     weights = None
-    if pc.weighting == "bucket_size":
+    if pc.weighting == "inverse_keep" or pc.method == "fastrl_unbiased":  # importance-weighted MDAP
+        g = outcome.inputs
+        resp_len = g.response_lengths if g.responses is None else torch.tensor([int(r.numel()) for r in g.responses])
+        weights = inverse_keep_weights(
+            g.advantages.float(), g.group_ids, outcome.keep, lengths=resp_len,
+            semantics=pc.semantics, adv_tolerance=pc.adv_tolerance,
+        )
+    elif pc.weighting == "bucket_size":
         g = outcome.inputs
         weights = bucket_size_weights(
             g.advantages.float(), g.group_ids, outcome.keep, semantics=pc.semantics, adv_tolerance=pc.adv_tolerance
         )
+    if weights is not None:
         kept_w = weights[outcome.keep].double()
         kept_adv = kept_adv * kept_w
         m["prune/weight_max"] = float(kept_w.max())
@@ -113,7 +134,7 @@ def prune(
     m["prune/kept_advantage_mean"] = float(kept_adv.mean())
     if result.kept_tokens is not None:
         m["prune/kept_response_length_mean"] = result.kept_tokens / max(result.num_kept, 1)
-    return PruneOutcome(outcome, result, weights, padding), m
+    return PruneOutcome(outcome, result, weights, padding, stats.get("counts")), m
 
 
 def repartition_kept(batch: PolicyBatch, outcome: PruneOutcome) -> tuple[PolicyBatch, Metrics]:

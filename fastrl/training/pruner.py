@@ -53,9 +53,9 @@ def select_rollouts(
     else:
         lengths = torch.tensor([int(r.numel()) for r in responses], dtype=torch.long)
     common = dict(multiple=multiple, refill=cfg.refill, allow_padding=cfg.allow_padding)
-    if cfg.method == "none":
+    if cfg.method in ("none", "greso"):  # greso skips prompts before generation; trains on every rollout
         return keep_all(group_ids, lengths)
-    if cfg.method == "fastrl":
+    if cfg.method in ("fastrl", "fastrl_unbiased"):
         if cfg.similarity_mode == "minhash" and not isinstance(responses, ResponseSketch):
             responses = minhash_sketch(responses, num_bins=cfg.minhash_num_perm, ngram=cfg.ngram)
         result = P.mdap_select(
@@ -68,6 +68,10 @@ def select_rollouts(
         result = P.random_select(
             advantages, group_ids, generator=generator, keep_ratio=cfg.keep_ratio, response_lengths=lengths, **common
         )
+    elif cfg.method == "pods":
+        result = P.pods_select(advantages, group_ids, keep_ratio=cfg.keep_ratio, response_lengths=lengths, **common)
+    elif cfg.method == "zero_adv_skip":
+        result = P.zero_advantage_select(advantages, group_ids, response_lengths=lengths, **common)
     elif cfg.method == "advantage_only":
         result = P.advantage_only_select(
             advantages, group_ids, generator=generator, semantics=cfg.semantics, adv_tolerance=cfg.adv_tolerance,

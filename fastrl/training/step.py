@@ -8,14 +8,17 @@ policy batch -> update; each phase returns its value and its metrics. The math l
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from dataclasses import dataclass
 
 from fastrl.checkpoint.train_state import TrainState
 from fastrl.data import ResumableSampler
+from fastrl.training.geometry import equal_micro_batches
 from fastrl.training.generation import generate, group_size, prompts_this_step
 from fastrl.training.parts import RunParts
+from fastrl.training.prompt_skip import record_rewards, skip_prompts, skipper_of
 from fastrl.training.prune_phase import prune, repartition_kept
 from fastrl.training.rollout_batch import ScoredRollouts, sequence_multiple, to_policy_batch
 from fastrl.training.scoring import compute_advantages, dynamic_sampling, kl_in_reward, score
@@ -49,6 +52,7 @@ def train_step(run: RunParts, state: TrainState, step: int) -> StepOutput:
     n = group_size(cfg, state.ars)                                           # 1. ARS group size
     count = prompts_this_step(cfg.rollout, n)
     epochs = 0
+    skipper = skipper_of(cfg, state.ars)                                     # pruning.method='greso'
 
     def rollout_round(round_index: int, seed: int) -> tuple[ScoredRollouts, dict[str, float], int]:
         nonlocal epochs
@@ -59,11 +63,17 @@ def train_step(run: RunParts, state: TrainState, step: int) -> StepOutput:
             )
             epochs += prompts.epochs_completed
             m.update(_check_epochs(state.sampler, drawn_before, cfg.trainer.epochs, step, round_index, ctx.is_logging_rank))
+            if skipper is not None:                                          # GRESO: skip before generating
+                kept, metrics = skip_prompts(skipper, prompts.items, seed=cfg.pruning.seed, step=step, dp_rank=ctx.dp_rank)
+                prompts = dataclasses.replace(prompts, items=kept)
+                m.update(metrics)
             rollouts = generate(
                 run.engine, run.prompts, prompts.items, n, rollout=cfg.rollout, seed=seed, dp_rank=ctx.dp_rank
             )
         with timer.phase("reward"):                                          # 3. rewards
             scored, metrics = score(run.scorer, prompts, rollouts, cfg, health=run.reward_health)
+        if skipper is not None:
+            record_rewards(skipper, prompts.items, scored.group_ids, scored.rewards)
         return scored, metrics, len(prompts)
 
     def extra_round(round_index: int) -> tuple[ScoredRollouts, int]:
@@ -83,10 +93,13 @@ def train_step(run: RunParts, state: TrainState, step: int) -> StepOutput:
     m.update(metrics)
     m.update(run.reward_health.end_step(step, final=step >= state.total_steps))  # invalid rewards: stop?
     mbs = cfg.parallel.micro_batch_size
+    lp_tokens = 0 if equal_micro_batches(cfg) else cfg.trainer.micro_batch_tokens  # token-budget old/ref passes
     early = cfg.logprobs_before_pruning
     if early:                                                                # old/ref on the full batch,
         batch = policy_batch(scored)                                         # before the advantages
-        batch, metrics = add_log_probs(batch, run.actor, run.reference, micro_batch_size=mbs, phase=timer.phase)
+        batch, metrics = add_log_probs(
+            batch, run.actor, run.reference, micro_batch_size=mbs, phase=timer.phase, micro_batch_tokens=lp_tokens
+        )
         m.update(metrics)
         rewards = None
         if cfg.algorithm.kl_in_reward:                                       # reward - beta x sum_t KL_t
@@ -105,13 +118,16 @@ def train_step(run: RunParts, state: TrainState, step: int) -> StepOutput:
         batch, metrics = repartition_kept(batch, outcome)                    #      re-partition over DP
         m.update(metrics)
     if not early:                                                            # 8. old/ref on kept rows
-        batch, metrics = add_log_probs(batch, run.actor, run.reference, micro_batch_size=mbs, phase=timer.phase)
+        batch, metrics = add_log_probs(
+            batch, run.actor, run.reference, micro_batch_size=mbs, phase=timer.phase, micro_batch_tokens=lp_tokens
+        )
         m.update(metrics)
     with timer.phase("update"):                                              # 9. policy update
         m.update(update_policy(batch, run.actor, cfg, n=n, dp_size=ctx.dp_size))
     with timer.phase("refit"):                                               # weights -> engine
         m.update(refit(run.engine, run.actor))
-    state.ars.record(list(outcome.result.kept_per_group.values()))           # ARS statistics
+    f1, f2 = state.ars.record(list(outcome.kept_per_group.values()))         # ARS statistics
+    m["ars/f1"], m["ars/f2"] = f1, f2
     m["rollout/n"] = float(n)
     return StepOutput(m, epochs)
 

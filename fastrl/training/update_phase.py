@@ -10,7 +10,15 @@ from fastrl.config import RunConfig
 from fastrl.distributed.dp_pruning import concat_batches
 from fastrl.models import logprobs as lp_ops
 from fastrl.models.provider import export_hf_weights
-from fastrl.training.geometry import mini_batch_sizes, rank_mini_batch_rows
+from fastrl.training.geometry import (
+    equal_micro_batches,
+    free_geometry,
+    mini_batch_sizes,
+    rank_mini_batch_rows,
+    token_micro_batches,
+    update_shares,
+    updates_per_pass,
+)
 from fastrl.training.rollout_batch import padding_rows
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -21,7 +29,8 @@ Phase = Callable[[str], ContextManager[Any]]
 
 
 def add_log_probs(
-    batch: PolicyBatch, actor: "Actor", reference: Any, *, micro_batch_size: int, phase: Phase
+    batch: PolicyBatch, actor: "Actor", reference: Any, *, micro_batch_size: int, phase: Phase,
+    micro_batch_tokens: int = 0,
 ) -> tuple[PolicyBatch, Metrics]:
     """Add ``old_log_probs`` (and ``ref_log_probs`` when there is a reference policy), float32
     [N, T], to ``batch``; metrics: the engine/trainer log-prob mismatch.
@@ -29,33 +38,69 @@ def add_log_probs(
     ``N`` need not be a multiple of ``micro_batch_size`` (the full batch before pruning, e.g. after
     DAPO's filter): the forward passes run on the batch padded with zero-weight copies of row 0
     (:func:`~fastrl.training.rollout_batch.padding_rows`), whose log-probs are dropped.
+    ``micro_batch_tokens > 0`` (free geometry, no pipeline parallelism): the passes run over
+    micro-batches of at most that many tokens instead, no padding
+    (:func:`~fastrl.training.geometry.token_micro_batches`).
     """
     n = len(batch)
-    extra = -n % micro_batch_size
-    inputs = batch if extra == 0 else concat_batches([batch, padding_rows(batch, extra)])
+    if micro_batch_tokens > 0:
+        sizes = token_micro_batches(batch.lengths, micro_batch_tokens, micro_batch_size * 8)
+
+        def run(chunks: list[Any]) -> Any:
+            import torch
+
+            outs, start = [], 0
+            for size in sizes:
+                part = batch.select(range(start, start + size))
+                outs.append(lp_ops.compute_log_probs(chunks, part, micro_batch_size=size, temperature=actor.temperature))
+                start += size
+            return torch.cat(outs, dim=0)
+    else:
+        extra = -n % micro_batch_size
+        inputs = batch if extra == 0 else concat_batches([batch, padding_rows(batch, extra)])
+
+        def run(chunks: list[Any]) -> Any:
+            return lp_ops.compute_log_probs(
+                chunks, inputs, micro_batch_size=micro_batch_size, temperature=actor.temperature
+            )[:n]
     with phase("old"):
-        old = actor.log_probs(inputs)[:n]
+        old = run(actor.policy.chunks) if micro_batch_tokens > 0 else actor.log_probs(inputs)[:n]
     batch.tensors["old_log_probs"] = old
     if reference is not None:
         with phase("ref"):
-            batch.tensors["ref_log_probs"] = lp_ops.compute_log_probs(
-                reference.chunks, inputs, micro_batch_size=micro_batch_size, temperature=actor.temperature
-            )[:n]
+            batch.tensors["ref_log_probs"] = run(reference.chunks)
     mismatch = lp_ops.mismatch_metrics(old, batch.tensors["engine_log_probs"], batch.response_mask)
     return batch, lp_ops.reduce_mismatch_metrics(mismatch)
 
 
 def update_policy(batch: PolicyBatch, actor: "Actor", cfg: RunConfig, *, n: int, dp_size: int) -> Metrics:
-    """``algorithm.ppo_epochs`` passes over this rank's rows, one optimizer update per
-    mini-batch (:func:`~fastrl.training.geometry.mini_batch_sizes`); returns the mean of each
-    update metric and ``actor/updates``."""
-    mini = rank_mini_batch_rows(cfg, dp_size, n)
-    per = mini_batch_sizes(len(batch), mini, cfg.parallel.micro_batch_size)
+    """``algorithm.ppo_epochs`` passes over this rank's rows; returns the mean of each update
+    metric and ``actor/updates``.
+
+    Mini-batch geometry: one optimizer update per mini-batch
+    (:func:`~fastrl.training.geometry.mini_batch_sizes`), micro-batches of
+    ``parallel.micro_batch_size``. Free geometry: :func:`~fastrl.training.geometry.updates_per_pass`
+    updates per pass over equal shares (:func:`~fastrl.training.geometry.update_shares`), each cut
+    into micro-batches by ``trainer.micro_batch_tokens``
+    (:func:`~fastrl.training.geometry.token_micro_batches`).
+
+    Every DP rank must run the same number of updates (the gradient all-reduce); the kept count is
+    a multiple of dp_size, so every rank holds the same number of rows and computes the same shares.
+    """
+    mbs = cfg.parallel.micro_batch_size
+    if free_geometry(cfg):
+        per = update_shares(len(batch), updates_per_pass(cfg), mbs if equal_micro_batches(cfg) else 1)
+    else:
+        per = mini_batch_sizes(len(batch), rank_mini_batch_rows(cfg, dp_size, n), mbs)
     collected: dict[str, list[float]] = {}
     for _ in range(cfg.algorithm.ppo_epochs):
         start = 0
         for size in per:
-            out = actor.update(batch.select(range(start, start + size)))
+            part = batch.select(range(start, start + size))
+            micro = None
+            if not equal_micro_batches(cfg):
+                micro = token_micro_batches(part.lengths, cfg.trainer.micro_batch_tokens, mbs)
+            out = actor.update(part) if micro is None else actor.update(part, micro_sizes=micro)
             start += size
             for k, v in out.items():
                 collected.setdefault(k, []).append(v)

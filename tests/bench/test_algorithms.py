@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.algorithms import BY_LABEL, FAMILY, aggregate, markdown_table, run_recipe, select_entries
+from bench.algorithms import BY_LABEL, FAMILY, QUICK_FAMILY, aggregate, markdown_table, run_recipe, select_entries
+from recipes.registry import get_recipe
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -46,7 +47,11 @@ def test_missing_base_leaves_the_speedup_empty():
 def test_select_entries_keeps_the_family_order_and_rejects_unknown_names():
     assert [e.label for e in select_entries("fastrl_grpo,grpo")] == ["grpo", "fastrl_grpo"]
     assert [e.label for e in select_entries("easyvqa_tiny_gspo_cpu")] == ["gspo"]
-    assert len(select_entries(None)) == len(FAMILY) == 8
+    assert len(select_entries(None)) == len(FAMILY) == 16
+    assert [e.label for e in select_entries(None, quick=True)] == [e.label for e in QUICK_FAMILY]
+    assert len(QUICK_FAMILY) == 8
+    for e in FAMILY:  # every row names a registered recipe
+        assert get_recipe(e.recipe).recipe == e.recipe
     with pytest.raises(SystemExit, match="unknown recipe 'grpoo'"):
         select_entries("grpoo")
 
@@ -69,10 +74,10 @@ def test_quick_mode_writes_the_table_and_plots(tmp_path):
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     md = (tmp_path / "algorithms.md").read_text()
-    for entry in FAMILY:
+    for entry in QUICK_FAMILY:
         assert f"| {entry.title} |" in md
     with open(tmp_path / "algorithms.csv") as f:
-        assert [r["label"] for r in csv.DictReader(f)] == [e.label for e in FAMILY]
+        assert [r["label"] for r in csv.DictReader(f)] == [e.label for e in QUICK_FAMILY]
     rows = json.loads((tmp_path / "algorithms.json").read_text())["rows"]
     assert len(rows) == 8
     assert "## GRPO + FastRL (MDAP + ARS)" in (tmp_path / "cost_model_check.md").read_text()

@@ -27,7 +27,10 @@ def test_every_field_is_documented_and_keyword_only():
 
 def test_choices_are_literals():
     hints = typing.get_type_hints(cfg.PruningConfig)
-    assert typing.get_args(hints["method"]) == ("none", "fastrl", "cppo", "random", "advantage_only")
+    assert typing.get_args(hints["method"]) == (
+        "none", "fastrl", "fastrl_unbiased", "cppo", "random", "advantage_only", "pods", "zero_adv_skip", "greso",
+    )
+    assert typing.get_args(hints["refill_to"]) == ("free", "mini_batch")
     assert typing.get_args(typing.get_type_hints(cfg.PrecisionConfig)["fp8_recipe"]) == (
         "delayed", "tensorwise", "mxfp8", "blockwise",
     )

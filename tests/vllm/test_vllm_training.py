@@ -30,6 +30,7 @@ RECIPE = "qwen2_tiny_text_fastrl_grpo_vllm_cpu"
 COMMON = ["logging.progress_bar=false", "logging.tensorboard=false", "reward.num_workers=1", "trainer.torch_threads=1",
           "checkpoint.save_every=0"]
 BOUND_S = 30
+LONG = ("trainer.max_steps=500", "trainer.epochs=100")  # still training when the engine is killed
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -108,7 +109,7 @@ def _alive(pid: int) -> bool:
 
 def test_c_killed_engine_is_reported_and_never_orphaned(tmp_path):
     # the engine dies mid-run: one line, within the bound
-    proc = subprocess.Popen(_cmd(tmp_path / "a", "trainer.max_steps=30", f"rollout.engine_timeout_s={BOUND_S}"),
+    proc = subprocess.Popen(_cmd(tmp_path / "a", *LONG, f"rollout.engine_timeout_s={BOUND_S}"),
                             cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
     try:
@@ -126,7 +127,7 @@ def test_c_killed_engine_is_reported_and_never_orphaned(tmp_path):
     assert "EngineError" in errors[0] and f"pid {pid}" in errors[0] and "killed by signal 9" in errors[0]
 
     # the trainer dies (SIGKILL, no clean-up): its engine follows
-    proc = subprocess.Popen(_cmd(tmp_path / "b", "trainer.max_steps=30"), cwd=REPO, env=_env(),
+    proc = subprocess.Popen(_cmd(tmp_path / "b", *LONG), cwd=REPO, env=_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         pid = _engine_pid(proc, [], "validation @ step 0")

@@ -181,7 +181,10 @@ def test_tiny_processor_is_assembled_also_where_torchvision_is_installed(tmp_pat
     from fastrl.config import ModelConfig
     from fastrl.models.tiny import build_tiny_hf_model_dir, load_processor
 
-    path = build_tiny_hf_model_dir(tmp_path / "tiny", ModelConfig(tiny_hidden_size=64, tiny_num_layers=1, tiny_intermediate_size=64, tiny_vision_hidden_size=32, tiny_vision_depth=1))
+    small = ModelConfig(
+        tiny_hidden_size=64, tiny_num_layers=1, tiny_intermediate_size=64, tiny_vision_hidden_size=32, tiny_vision_depth=1
+    )
+    path = build_tiny_hf_model_dir(tmp_path / "tiny", small)
 
     def refuse(*args, **kwargs):
         raise TypeError("Received a PreTrainedTokenizerFast for argument tokenizer")
@@ -189,5 +192,8 @@ def test_tiny_processor_is_assembled_also_where_torchvision_is_installed(tmp_pat
     monkeypatch.setattr(transformers.utils, "is_torchvision_available", lambda: True)
     monkeypatch.setattr(transformers.AutoProcessor, "from_pretrained", refuse)
     processor = load_processor(path)
-    out = processor(text=["<|vision_start|><|image_pad|><|vision_end|> what"], images=[__import__("PIL.Image").Image.new("RGB", (56, 56))], return_tensors="pt")
+    from PIL import Image
+
+    image = Image.new("RGB", (56, 56))
+    out = processor(text=["<|vision_start|><|image_pad|><|vision_end|> what"], images=[image], return_tensors="pt")
     assert int(out["image_grid_thw"].prod()) == 16 and out["input_ids"].shape[0] == 1
