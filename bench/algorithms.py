@@ -13,7 +13,8 @@ in its own run directory ``OUT/seed<S>/<recipe>``, then writes:
 - ``OUT/cost_model_check.md``: the per-step cost model (``bench/cost_model.py``) predicting each
   pruned run's phases from its base run's seconds per token, against what was measured;
 - ``OUT/plots/accuracy_vs_time.png``: validation accuracy against training wall time, one panel per
-  base algorithm with its FastRL variants; ``OUT/plots/time_breakdown.png``: seconds per step of
+  base algorithm with its FastRL variants and peers; ``OUT/plots/ars_n.png``: the group size n
+  against steps for the rows with adaptive sampling; ``OUT/plots/time_breakdown.png``: seconds per step of
   each phase, per recipe (the paper's per-step table as bars).
 
 Modes:
@@ -90,11 +91,11 @@ QUICK_FAMILY = tuple(e for e in FAMILY if e.quick)
 BY_LABEL = {e.label: e for e in FAMILY} | {e.recipe: e for e in FAMILY}
 
 #: ``--quick``: the recipes' model and their cached warm start (shared with ``make run``), 8 prompts x
-#: 8 rollouts, mini-batches of 2 prompts (so the refill multiple, 16 rollouts, lets pruning show),
+#: 8 rollouts, mini-batches of 4 prompts (2 optimizer updates per step in the free geometry),
 #: 8 steps, 64 validation questions, adaptive sampling periods of 3 steps so that ARS acts. Only the
 #: ``quick`` entries (the base and FastRL rows) run.
 QUICK = [
-    "rollout.prompts_per_step=8", "trainer.mini_batch_prompts=2", "parallel.micro_batch_size=8",
+    "rollout.prompts_per_step=8", "trainer.mini_batch_prompts=4", "parallel.micro_batch_size=8",
     "data.val_size=64", "trainer.val_every=4", "adaptive_sampling.period_steps=3", "reward.num_workers=1",
 ]
 QUICK_STEPS = 8
@@ -155,6 +156,7 @@ def measure_run(run_dir: Path, *, skip_steps: int = 1) -> dict[str, float]:
     summary = summarize(run_dir)
     out = {k: summary[k] for k in ("val_start", "val_final", "val_best") if k in summary}
     train, val = load(run_dir)
+    n_curve = [(float(r["step"]), float(r["rollout/n"])) for r in train if "rollout/n" in r]
     if len(train) > skip_steps:
         train = train[skip_steps:]
     steps = len(train)
@@ -180,6 +182,7 @@ def measure_run(run_dir: Path, *, skip_steps: int = 1) -> dict[str, float]:
         "step_seconds": sum(out.get(f"time/{p}", 0.0) for p in PHASES),
         "train_time_s": sum(sum(float(r.get(f"time/{p}", 0.0) or 0.0) for p in PHASES) for r in train),
         "val_curve": [(float(r.get("time/train_elapsed", 0.0)), float(r["val/accuracy"])) for r in val],
+        "n_curve": n_curve,
     })
     return out
 
@@ -272,17 +275,34 @@ def _load_note(meta: dict) -> str:
     return text
 
 
+#: Priors of the cost model's prediction made before a run (bench/cost_model.py::predict_before_run):
+#: the kept fraction each selector is expected to keep, set from what is known before the run (the
+#: selectors' keep ratios; MDAP's Phase 1 keeps ~0.22-0.25 of the default recipe's rollouts, issue 18),
+#: and the mean n as a fraction of n_max (1: ARS is not assumed to act). Rows not listed: 0.5, 1.
+COST_PRIORS: dict[str, tuple[float, float]] = {
+    "fastrl_mdap_grpo": (0.25, 1.0), "fastrl_grpo": (0.25, 1.0), "fastrl_dapo": (0.25, 1.0),
+    "fastrl_gspo": (0.25, 1.0), "fastrl_unbiased_grpo": (0.25, 1.0), "fastrl_unbiased_gspo": (0.25, 1.0),
+    "fastrl_refill_grpo": (0.5, 1.0), "cppo_grpo": (0.5, 1.0), "random_grpo": (0.5, 1.0), "pods_grpo": (0.5, 1.0),
+    "ars_grpo": (1.0, 1.0), "greso_grpo": (1.0, 1.0),
+}
+
+
 def write_cost_check(out: Path, entries: list[Entry], per_seed: dict[int, dict[str, dict]]) -> Path:
-    """The cost model's predictions of each pruned run (from its base run) against the measurement."""
+    """The cost model's predictions of each pruned run, made before it from its base run's measured
+    per-token phase costs and the priors :data:`COST_PRIORS`, against the measurement."""
     seed = min(per_seed)
     runs = per_seed[seed]
     parts = [f"# Cost model against the measured runs (seed {seed})\n",
-             "Predicted from the base run's seconds per generated token, per rollout (rewards) and per kept "
-             "response token (old, ref, update); the pruned run's own prune time is added as measured.\n"]
+             "Predicted before each run from the base run's measured seconds per generated token, per rollout "
+             "(rewards) and per trained response token (old, ref, update), and two priors (kept fraction, mean n; "
+             "`COST_PRIORS` in bench/algorithms.py); nothing of the pruned run is read. The prune phase is "
+             "predicted as 0 s.\n"]
     for e in entries:
         if e.base is None or e.label not in runs or e.base not in runs:
             continue
-        rows = check_against_runs(runs[e.base], runs[e.label])
+        kept, n_frac = COST_PRIORS.get(e.label, (0.5, 1.0))
+        n_max = runs[e.base].get("mean_n") or 8.0
+        rows = check_against_runs(runs[e.base], runs[e.label], kept_fraction=kept, n=n_frac * n_max, n_max=n_max)
         parts += [f"\n## {e.title} (base: {BY_LABEL[e.base].title})\n", "| quantity | model | measured | model / measured |",
                   "| --- | ---: | ---: | ---: |"]
         for name, predicted, measured in rows:
@@ -332,7 +352,26 @@ def write_plots(out: Path, entries: list[Entry], per_seed: dict[int, dict[str, d
     ax.legend(fontsize=8, ncol=2)
     bars = plots / "time_breakdown.png"
     _save(fig, bars, plt)
-    return [acc, bars]
+
+    # the group size n against steps for the rows with adaptive sampling (seed 1 dark, others light)
+    ars_rows = [e for e in entries if e.label.startswith(("fastrl", "ars")) and "mdap" not in e.label]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for i, e in enumerate(ars_rows):
+        for j, s in enumerate(sorted(per_seed)):
+            curve = per_seed[s].get(e.label, {}).get("n_curve", [])
+            if curve:
+                xs, ys = zip(*curve)
+                ax.step(xs, ys, where="post", color=f"C{i % 10}", alpha=1.0 if j == 0 else 0.4,
+                        label=e.title if j == 0 else None)
+    ax.set_xlabel("step")
+    ax.set_ylabel("group size n")
+    ax.set_title("adaptive rollout sampling: n per step")
+    ax.grid(alpha=0.3)
+    if ars_rows:
+        ax.legend(fontsize=7)
+    n_plot = plots / "ars_n.png"
+    _save(fig, n_plot, plt)
+    return [acc, bars, n_plot]
 
 
 def _save(fig, path: Path, plt) -> None:

@@ -22,13 +22,17 @@ kept rollouts only (docs/algorithm.md, "One step"). The model counts, per step:
 
 ``python bench/cost_model.py`` prints the tables: the paper's layout (7B on 4 GPUs) and a 72B
 layout on 64 GPUs, base versus FastRL, and the gather volume against the DP size.
-``bench/algorithms.py`` checks the model against measured CPU runs with
-:func:`check_against_runs`.
+``bench/algorithms.py`` tests the model on measured CPU runs with :func:`check_against_runs`: a
+prediction made before the pruned run from the base (GRPO) run's measured per-token phase costs and
+two priors (kept fraction, mean n), compared with the measured pruned run.
+(:func:`predict_pruned_run` is the after-the-fact attribution: it reads the pruned run's own token
+counts, so it explains a measurement but predicts nothing.)
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from dataclasses import dataclass, replace
 from typing import Literal
@@ -269,17 +273,69 @@ def predict_pruned_run(base: dict[str, float], pruned: dict[str, float]) -> dict
     return out
 
 
-def check_against_runs(base: dict[str, float], pruned: dict[str, float]) -> list[tuple[str, float, float]]:
-    """Rows ``(quantity, predicted, measured)`` comparing the model with a measured pruned run:
-    generated tokens, kept response tokens, each phase's seconds, the step time and the speedup
-    over the base run."""
-    rows = [
-        ("generated tokens / step", pruned["rollouts"] * pruned["response_length"], pruned["gen_tokens"]),
-        ("kept response tokens / step", pruned["kept_rollouts"] * pruned["response_length_kept"], pruned["kept_tokens"]),
-    ]
-    predicted = predict_pruned_run(base, pruned)
+def per_unit_costs(base: dict[str, float]) -> dict[str, float]:
+    """The base (unpruned) run's measured cost per unit of each phase's driver: seconds per
+    generated token (gen), per rollout (reward), per response token of the trained rollouts (old,
+    ref, update), and the fixed seconds per step of refit and save.
+
+    Raises:
+        KeyError: a required key is missing (named in the message).
+    """
+    for key in ("gen_tokens", "rollouts", "kept_tokens"):
+        if key not in base:
+            raise KeyError(f"per_unit_costs: the base run has no {key!r}")
+    out = {}
+    drivers = {"gen": "gen_tokens", "reward": "rollouts", "old": "kept_tokens", "ref": "kept_tokens", "update": "kept_tokens"}
+    for phase, driver in drivers.items():
+        if f"time/{phase}" in base:
+            out[phase] = base[f"time/{phase}"] / base[driver]
+    for phase in ("refit", "save"):
+        if f"time/{phase}" in base:
+            out[phase] = base[f"time/{phase}"]
+    return out
+
+
+def predict_before_run(
+    base: dict[str, float], *, kept_fraction: float, n: float, n_max: float, prune_s: float = 0.0
+) -> dict[str, float]:
+    """Per-step phase seconds of a pruned run, predicted BEFORE it runs: the base run's measured
+    per-unit costs (:func:`per_unit_costs`) times the counts the pruned run is expected to process.
+
+    Expected counts, from the base run's counts and two priors: the mean group size ``n`` (of
+    ``n_max``; generation and rewards scale with ``n / n_max`` at fixed prompts per step and the
+    base run's response length) and the kept fraction ``kept_fraction`` of the rollouts (old, ref
+    and update scale with ``kept_fraction x n / n_max``, the kept responses assumed as long as the
+    average one). ``prune_s``: the prior for the pruner's own seconds per step. Nothing of the
+    pruned run is read: the comparison with it (:func:`check_against_runs`) is a test of the model.
+    """
+    if not 0.0 < kept_fraction <= 1.0:
+        raise ValueError(f"kept_fraction must be in (0, 1], got {kept_fraction}")
+    if not 0.0 < n <= n_max:
+        raise ValueError(f"n must be in (0, n_max={n_max}], got {n}")
+    unit = per_unit_costs(base)
+    g = n / n_max
+    counts = {"gen": base["gen_tokens"] * g, "reward": base["rollouts"] * g,
+              "old": base["kept_tokens"] * g * kept_fraction, "ref": base["kept_tokens"] * g * kept_fraction,
+              "update": base["kept_tokens"] * g * kept_fraction}
+    out = {phase: unit[phase] * counts[phase] for phase in counts if phase in unit}
+    out.update({phase: unit[phase] for phase in ("refit", "save") if phase in unit})
+    out["prune"] = prune_s
+    return out
+
+
+def check_against_runs(
+    base: dict[str, float], pruned: dict[str, float], *, kept_fraction: float, n: float, n_max: float,
+    prune_s: float = 0.0,
+) -> list[tuple[str, float, float]]:
+    """Rows ``(quantity, predicted, measured)``: the prediction made before the pruned run
+    (:func:`predict_before_run`, from the base run's per-unit costs and the priors
+    ``kept_fraction`` / ``n``) against the measured pruned run: the priors themselves, each
+    phase's seconds, the step time and the speedup over the base run."""
+    predicted = predict_before_run(base, kept_fraction=kept_fraction, n=n, n_max=n_max, prune_s=prune_s)
+    rows = [("kept fraction (prior)", kept_fraction, float(pruned.get("kept_fraction", math.nan))),
+            ("mean n (prior)", n, float(pruned.get("mean_n", math.nan)))]
     for phase, seconds in predicted.items():
-        if phase != "prune" and f"time/{phase}" in pruned:
+        if f"time/{phase}" in pruned:
             rows.append((f"{phase} s / step", seconds, pruned[f"time/{phase}"]))
     base_step = sum(base.get(f"time/{p}", 0.0) for p in ("gen", "reward", "prune", "old", "ref", "update", "refit", "save"))
     rows.append(("step s (sum of phases)", sum(predicted.values()), pruned["step_seconds"]))

@@ -4,7 +4,8 @@
 Writes into ``RUN_DIR/plots`` (or ``--out``): ``reward.png`` (training reward and accuracy,
 validation accuracy per step), ``accuracy_vs_time.png`` (validation accuracy against training
 wall time), ``pruning.png`` (kept fraction and group size n per step), ``time_breakdown.png``
-(mean seconds per step of each phase).
+(mean seconds per step of each phase), ``ars.png`` (the group size n per step with the adaptive
+sampler's f1, f2 per step and f3, g1 at each period boundary).
 """
 
 from __future__ import annotations

@@ -250,7 +250,7 @@ class PruningConfig:
     minhash_num_perm: int = doc(
         128, "MinHash sketch size (bins, a power of two in [16, 4096]); 2 bytes per bin per rollout."
     )
-    keep_ratio: float = doc(0.5, "cppo / random: fraction of each group kept.")
+    keep_ratio: float = doc(0.5, "cppo / random / pods: fraction of each group kept.")
     allow_padding: bool = doc(
         False,
         "When too few pruned rollouts exist to refill to a multiple, pad instead of failing.",

@@ -21,7 +21,9 @@ Failure handling:
   in the child; :meth:`shutdown` (also at interpreter exit) kills its process group.
 
 Refit (:meth:`update_weights`): :class:`fastrl.rollout.refit_transport.SharedMemoryTransport`
-buckets; metrics ``refit/bytes``, ``refit/time_s``, ``refit/mb_per_s`` in :attr:`refit_metrics`.
+buckets on CPU, :class:`~fastrl.rollout.refit_transport.CudaIpcTransport` for an engine on the
+trainer's GPU (untested here; the NCCL transport is written but not selectable yet); metrics
+``refit/bytes``, ``refit/time_s``, ``refit/mb_per_s`` in :attr:`refit_metrics`.
 Refit verification: :meth:`score` (the engine's log-probs of given token sequences, vLLM
 ``prompt_logprobs``) and :meth:`group_sums` (per parameter group, the engine's sum of squared
 weights), used by :mod:`fastrl.training.refit_verify`.
@@ -59,7 +61,7 @@ from fastrl.rollout.engine import (
     SamplingParams,
     normalize_group_sizes,
 )
-from fastrl.rollout.refit_transport import SharedMemoryTransport
+from fastrl.rollout.refit_transport import CudaIpcTransport, SharedMemoryTransport
 
 logger = logging.getLogger("fastrl.rollout")
 
@@ -110,6 +112,8 @@ class EngineProcessClient:
         log_path: the engine's stdout/stderr file (default: a temporary file).
         verify_every / verify_tolerance: refit verification schedule and bound (:attr:`verify_due`,
             :mod:`fastrl.training.refit_verify`).
+        transport: ``"shm"`` (shared-memory buckets; CPU, tested) or ``"cuda_ipc"`` (colocated GPU
+            engine; untested here), :mod:`fastrl.rollout.refit_transport`.
         llm_kwargs: ``vllm.LLM`` arguments (``dtype``, ``max_model_len``, ``kv_cache_memory_bytes``,
             ``enforce_eager``, ``tensor_parallel_size``, ``gpu_memory_utilization``, ``enable_sleep_mode``...).
         env: extra environment variables of the child (``OMP_NUM_THREADS``, ``CUDA_VISIBLE_DEVICES``).
@@ -134,6 +138,7 @@ class EngineProcessClient:
         skip_transfer: bool | None = None,
         verify_every: int = 0,
         verify_tolerance: float = 1e-3,
+        transport: str = "shm",
     ) -> None:
         from transformers import AutoConfig, AutoTokenizer
 
@@ -163,7 +168,12 @@ class EngineProcessClient:
         self._env = dict(env or {})
         self._workdir = Path(tempfile.mkdtemp(prefix="fastrl-engine-"))
         self.log_path = Path(log_path) if log_path else self._workdir / "engine.log"
-        self.transport = SharedMemoryTransport(bucket_bytes, skip_after_first=skip_after_first)
+        if transport not in ("shm", "cuda_ipc"):
+            raise ValueError(f"transport must be 'shm' or 'cuda_ipc', got {transport!r}")
+        self.transport: SharedMemoryTransport | CudaIpcTransport = (
+            SharedMemoryTransport(bucket_bytes, skip_after_first=skip_after_first) if transport == "shm"
+            else CudaIpcTransport(bucket_bytes, skip_after_first=skip_after_first)
+        )
         if skip_transfer is None:
             skip_transfer = os.environ.get("FASTRL_TEST_SKIP_REFIT_TRANSFER", "0") == "1"
         self.skip_transfer = skip_transfer
@@ -294,7 +304,13 @@ class EngineProcessClient:
         return reply
 
     def restart(self) -> None:
-        """Kill and start the engine again, then replay the current weights (refit buckets)."""
+        """Kill and start the engine again, then replay the current weights (refit buckets).
+
+        Raises:
+            EngineError: the CUDA IPC transport after a refit (it keeps no copy of the weights).
+        """
+        if isinstance(self.transport, CudaIpcTransport) and self.weight_version > 0:
+            raise EngineError(f"{self.name}: cannot restart: the CUDA IPC refit keeps no copy of the current weights")
         self._kill()
         self._start()
         resident = self.transport.resident()
@@ -424,18 +440,22 @@ class EngineProcessClient:
             for name, t in named_tensors:
                 t = t.detach()
                 g = wire.weight_group(name)
-                sums[g] = sums.get(g, 0.0) + float(t.double().pow(2).sum())
+                sums[g] = sums.get(g, 0.0) + float(torch.linalg.vector_norm(t, dtype=torch.float64)) ** 2
                 yield name, t
 
         start = time.perf_counter()
         if self.skip_transfer:  # test hook: the engine keeps its old weights
             count, nbytes = sum(1 for _ in tracked()), 0
         else:
-            count, nbytes = self.transport.send(
-                tracked(),
-                load=lambda buckets: self._send({"op": "load_weights", "buckets": buckets}) or "load_weights",
-                wait=self._wait_ok,
-            )
+            if isinstance(self.transport, SharedMemoryTransport):
+                def load(buckets):
+                    self._send({"op": "load_weights", "buckets": buckets})
+                    return "load_weights"
+            else:
+                def load(request):
+                    self._send(request)
+                    return request["op"]
+            count, nbytes = self.transport.send(tracked(), load=load, wait=self._wait_ok)
         elapsed = time.perf_counter() - start
         self.last_group_sums.update(sums)
         self.weight_version += 1
@@ -529,4 +549,5 @@ def engine_client_from_config(cfg: Any, policy_dir: str | os.PathLike, device: t
         skip_after_first=frozen_vision_weight if cfg.model.freeze_vision_tower else None,
         name=f"vllm engine process of rank pid {os.getpid()}", llm_kwargs=llm_kwargs, env=env,
         verify_every=ro.verify_refit_every, verify_tolerance=ro.verify_refit_tolerance,
+        transport="cuda_ipc" if dev.type == "cuda" else "shm",
     )

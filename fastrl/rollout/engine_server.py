@@ -4,9 +4,15 @@ Usage (started by :class:`fastrl.rollout.engine_client.EngineProcessClient`, nev
 
     <engine_python> fastrl/rollout/engine_server.py --fd N --spec SPEC_JSON --parent-pid PID
 
-It imports only the standard library, torch, numpy, vllm and its sibling ``engine_wire.py`` (loaded
+It imports only the standard library, torch, vllm (and two of vLLM's own dependencies: safetensors
+for the initial weight sums, PIL for prompts with images) and its sibling ``engine_wire.py`` (loaded
 by path), never ``fastrl`` itself: the engine environment (``.venv-vllm`` on CPU; the cluster's
 vLLM environment on GPU) has transformers 5 and no megatron.
+
+Weight transports (:mod:`fastrl.rollout.refit_transport`): ``load_weights`` (shared-memory bucket
+files; CPU, tested), ``load_weights_ipc`` (CUDA IPC handle of one flat bucket buffer; colocated GPU
+engine) and ``init_weight_update_group`` + ``load_weights_nccl`` (NCCL broadcast; engine on its own
+GPUs). The two GPU operations are written against vLLM's API and untested here (no GPU).
 
 Life cycle: on Linux the process asks the kernel for SIGKILL when its parent dies
 (``prctl(PR_SET_PDEATHSIG)``), and a watchdog thread exits when the parent pid changes (covers
@@ -93,13 +99,14 @@ class Server:
 
     @staticmethod
     def _initial_sums(model_dir: Path) -> dict[str, float]:
+        import torch
         from safetensors import safe_open  # a vLLM dependency
 
         out: dict[str, float] = {}
         for path in sorted(model_dir.glob("*.safetensors")):
             with safe_open(str(path), framework="pt") as f:
                 for name in f.keys():
-                    out[name] = float(f.get_tensor(name).double().pow(2).sum())
+                    out[name] = float(torch.linalg.vector_norm(f.get_tensor(name), dtype=torch.float64)) ** 2
         return out
 
     # ---- operations ------------------------------------------------------------------------
@@ -162,7 +169,7 @@ class Server:
             for name, dtype, shape, offset, nbytes in entries:
                 flat = torch.frombuffer(mm, dtype=torch.uint8, count=nbytes, offset=offset)
                 tensor = flat.view(getattr(torch, dtype)).reshape(shape)
-                self.received[name] = float(tensor.double().pow(2).sum())
+                self.received[name] = float(torch.linalg.vector_norm(tensor, dtype=torch.float64)) ** 2
                 yield name, tensor
 
     def op_load_weights(self, req: dict) -> dict:
@@ -182,6 +189,61 @@ class Server:
         if not self.asleep:
             self.llm.reset_prefix_cache()
         return {"count": count, "time_s": time.perf_counter() - start}
+
+    def _reload_views(self, buffer, entries: list) -> int:
+        """``reload_weights`` from views of one flat uint8 buffer (GPU transports)."""
+        import torch
+
+        def views():
+            for name, dtype, shape, offset, nbytes in entries:
+                tensor = buffer[offset : offset + nbytes].view(getattr(torch, dtype)).reshape(shape)
+                self.received[name] = float(torch.linalg.vector_norm(tensor, dtype=torch.float64)) ** 2
+                yield name, tensor
+
+        if self.asleep and not self.weights_awake:
+            self.llm.wake_up(tags=["weights"])
+            self.weights_awake = True
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": views()})
+        if not self.asleep:
+            self.llm.reset_prefix_cache()
+        return len(entries)
+
+    def op_load_weights_ipc(self, req: dict) -> dict:
+        """One bucket through a CUDA IPC handle (``reduce_tensor`` of the trainer's flat buffer). The
+        engine sees one GPU as ``cuda:0`` (``CUDA_VISIBLE_DEVICES`` narrowed), so the handle's device
+        index (argument 6 of ``rebuild_cuda_tensor``) is mapped to the current device. Untested here."""
+        import torch
+
+        rebuild, args = req["handle"]
+        args = list(args)
+        args[6] = torch.cuda.current_device()
+        buffer = rebuild(*args)
+        count = self._reload_views(buffer, req["entries"])
+        torch.cuda.synchronize()
+        return {"count": count}
+
+    def op_init_weight_update_group(self, req: dict) -> dict:
+        """Join a NCCL group with the trainer rank (rank 0) through vLLM's ``StatelessProcessGroup``
+        and ``PyNcclCommunicator`` (vLLM's RLHF example). Engine TP = 1 here; with TP > 1 each worker
+        joins through a worker extension (``collective_rpc``). Untested here."""
+        import torch
+        from vllm.distributed.device_communicators.pynccl import PyNcclCommunicator
+        from vllm.distributed.utils import StatelessProcessGroup
+
+        group = StatelessProcessGroup.create(host=req["host"], port=int(req["port"]), rank=int(req["rank"]),
+                                             world_size=int(req["world_size"]))
+        self.nccl = PyNcclCommunicator(group, device=torch.cuda.current_device())
+        return {}
+
+    def op_load_weights_nccl(self, req: dict) -> dict:
+        """Receive one bucket broadcast from rank 0 of the weight-update group into a flat buffer,
+        then reload from views of it. Untested here."""
+        import torch
+
+        buffer = torch.empty(int(req["bytes"]), dtype=torch.uint8, device="cuda")
+        self.nccl.broadcast(buffer, src=0, stream=torch.cuda.current_stream())
+        torch.cuda.current_stream().synchronize()
+        return {"count": self._reload_views(buffer, req["entries"])}
 
     def op_score(self, req: dict) -> dict:
         from vllm import SamplingParams

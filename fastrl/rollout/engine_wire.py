@@ -14,7 +14,7 @@ memory files named in the ``load_weights`` request (:mod:`fastrl.rollout.refit_t
 Operations (request fields -> reply fields):
 
 * ``ready`` (sent by the server once, unasked): ``pid``, ``vllm_version``, ``default_stop_token_ids``.
-* ``generate``: ``prompts`` (texts), ``sizes``, ``seeds``, ``sampling`` (temperature, top_p, top_k,
+* ``generate``: ``prompts`` (texts), ``images`` (per prompt, PNG bytes), ``sizes``, ``seeds``, ``sampling`` (temperature, top_p, top_k,
   max_tokens, stop_token_ids) -> ``outputs``: per sent prompt ``{"prompt_token_ids", "completions":
   [(token_ids, logprobs, finish_reason)]}`` and ``time_s``.
 * ``load_weights``: ``buckets``: list of ``(path, entries)``, entries ``(name, dtype, shape, offset,
@@ -22,7 +22,10 @@ Operations (request fields -> reply fields):
 * ``score``: ``sequences`` (token ids), ``starts`` (index of the first scored token) -> ``logprobs``
   (per sequence, the log-probs of tokens ``starts[i]:``).
 * ``group_sums``: -> ``sums``: per parameter group (:func:`weight_group`), the sum of squares of the
-  engine's weights.
+  weights the engine loaded (the model directory's, then each refit's).
+* GPU transports (untested here): ``load_weights_ipc`` (``handle``, ``entries``),
+  ``init_weight_update_group`` (``host``, ``port``, ``rank``, ``world_size``), ``load_weights_nccl``
+  (``bytes``, ``entries``).
 * ``sleep``, ``wake``, ``reset_prefix_cache``, ``health``, ``shutdown``.
 """
 

@@ -212,14 +212,20 @@ class CudaIpcTransport:
     Bytes per step: the whole model once (or the non-frozen part), device to device, no host copy.
     """
 
-    def __init__(self, bucket_bytes: int) -> None:
+    def __init__(self, bucket_bytes: int, *, skip_after_first: Callable[[str], bool] | None = None) -> None:
         self.bucket_bytes = bucket_bytes
+        self.skip_after_first = skip_after_first
+        self.refits = 0
 
     def send(self, named_tensors, load, wait) -> tuple[int, int]:
+        """Like :meth:`SharedMemoryTransport.send`; ``load`` takes the whole request."""
         from torch.multiprocessing.reductions import reduce_tensor
 
+        skip = self.skip_after_first if self.refits > 0 else None
+        stream = ((n, t) for n, t in named_tensors if skip is None or not skip(n))
+        self.refits += 1
         count = nbytes = 0
-        for bucket in group_buckets(named_tensors, self.bucket_bytes):
+        for bucket in group_buckets(stream, self.bucket_bytes):
             total = sum(t.numel() * t.element_size() for _, t in bucket)
             buffer = torch.empty(total, dtype=torch.uint8, device=bucket[0][1].device)
             entries, offset = [], 0
@@ -233,6 +239,14 @@ class CudaIpcTransport:
             count, nbytes = count + len(bucket), nbytes + total
             del buffer
         return count, nbytes
+
+    def resident(self) -> list:
+        """Nothing is kept: a restarted engine cannot be given the current weights (restart on GPU
+        is refused after the first refit)."""
+        return []
+
+    def close(self) -> None:
+        pass
 
 
 class NcclBroadcastTransport:

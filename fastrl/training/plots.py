@@ -6,7 +6,10 @@
 - ``accuracy_vs_time.png``: validation accuracy against training wall time (seconds);
 - ``pruning.png``: kept fraction of rollouts and the group size n per step;
 - ``time_breakdown.png``: mean seconds per step for each phase (gen, reward, prune, old, ref,
-  update, refit, save).
+  update, refit, save);
+- ``ars.png``: the adaptive sampler: the group size n per step, each step's kept counts f1 (mean
+  per group) and f2 (max per group), and at every period boundary f3 and g1 (the rule moves n
+  below n_max only when f3 < g1).
 """
 
 from __future__ import annotations
@@ -90,6 +93,8 @@ def plot(run_dir: Path, out_dir: Path) -> list[Path]:
     ax1.set_title(f"{run_dir.name}: pruning and group size")
     written.append(_save(fig, out_dir / "pruning.png"))
 
+    written.append(plot_ars(train, out_dir / "ars.png", run_dir.name))
+
     means = phase_means(train)
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.bar(list(means), list(means.values()), color="tab:gray")
@@ -97,6 +102,24 @@ def plot(run_dir: Path, out_dir: Path) -> list[Path]:
     ax.set_title(f"{run_dir.name}: time per phase")
     written.append(_save(fig, out_dir / "time_breakdown.png"))
     return written
+
+
+def plot_ars(train: list[dict], path: Path, title: str) -> Path:
+    """n per step, per-step f1 / f2, and f3 / g1 at the boundaries (``ars/*`` metrics)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.step(*series(train, "rollout/n"), color="tab:red", where="post", label="n (group size)", linewidth=2)
+    ax.plot(*series(train, "ars/f1"), color="tab:blue", alpha=0.5, label="f1: mean kept per group")
+    ax.plot(*series(train, "ars/f2"), color="tab:green", alpha=0.5, label="f2: max kept per group")
+    ax.plot(*series(train, "ars/f3"), "o", color="tab:purple", label="f3 at a boundary")
+    ax.plot(*series(train, "ars/g1"), "x", color="black", label="g1 (first boundary)")
+    ax.set_xlabel("step")
+    ax.set_ylabel("rollouts per group")
+    ax.set_title(f"{title}: adaptive rollout sampling")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return _save(fig, path)
 
 
 def _save(fig, path: Path) -> Path:

@@ -73,7 +73,7 @@ def prune(
     whole = whole_micro_batches(cfg, dp_size)
     responses = list(scored.rollouts.response_token_ids)
     common = dict(group_ids=scored.group_ids, advantages=scored.advantages, lengths=batch.lengths)
-    if pc.method == "fastrl" and pc.similarity_mode == "minhash":
+    if pc.method in ("fastrl", "fastrl_unbiased") and pc.similarity_mode == "minhash":
         sig, lens = minhash_sketch(responses, num_bins=pc.minhash_num_perm, ngram=pc.ngram).to_tensors()
         local = LocalPruningInputs(**common, signatures=sig, response_lengths=lens)
     else:

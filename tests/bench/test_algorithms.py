@@ -81,5 +81,5 @@ def test_quick_mode_writes_the_table_and_plots(tmp_path):
     rows = json.loads((tmp_path / "algorithms.json").read_text())["rows"]
     assert len(rows) == 8
     assert "## GRPO + FastRL (MDAP + ARS)" in (tmp_path / "cost_model_check.md").read_text()
-    for name in ("accuracy_vs_time.png", "time_breakdown.png"):
+    for name in ("accuracy_vs_time.png", "time_breakdown.png", "ars_n.png"):
         assert (tmp_path / "plots" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

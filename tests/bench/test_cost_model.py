@@ -15,6 +15,8 @@ from bench.cost_model import (
     check_against_runs,
     implied_pruning,
     phase_seconds,
+    per_unit_costs,
+    predict_before_run,
     predict_pruned_run,
     pruning_metadata_bytes,
     scaling_table,
@@ -132,11 +134,28 @@ def test_predict_pruned_run_scales_each_phase_by_its_driver():
         predict_pruned_run(BASE, {k: v for k, v in PRUNED.items() if k != "kept_tokens"})
 
 
+def test_per_unit_costs_of_the_base_run():
+    unit = per_unit_costs(BASE)
+    assert unit == pytest.approx({"gen": 0.02, "reward": 0.05, "old": 0.01, "ref": 0.005, "update": 0.03, "refit": 0.2})
+
+
+def test_prediction_before_the_run_reads_nothing_of_the_pruned_run():
+    # priors: n = 6 of 8, kept fraction 0.5 -> gen x 0.75, reward x 0.75, old/ref/update x 0.375
+    p = predict_before_run(BASE, kept_fraction=0.5, n=6, n_max=8, prune_s=0.05)
+    assert p == pytest.approx({"gen": 1.5, "reward": 0.375, "old": 0.375, "ref": 0.1875, "update": 1.125,
+                               "refit": 0.2, "prune": 0.05})
+    with pytest.raises(ValueError, match="kept_fraction must be in"):
+        predict_before_run(BASE, kept_fraction=0.0, n=8, n_max=8)
+
+
 def test_check_against_runs_rows():
-    rows = {name: (model, measured) for name, model, measured in check_against_runs(BASE, PRUNED)}
-    assert rows["generated tokens / step"] == (80.0, 80.0)
-    assert rows["kept response tokens / step"] == (40.0, 40.0)
-    assert rows["update s / step"] == pytest.approx((1.2, 1.1))
-    assert rows["step s (sum of phases)"] == pytest.approx((4.1, 4.2))
-    assert rows["speedup vs base"] == pytest.approx((7.2 / 4.1, 7.2 / 4.2))
+    pruned = dict(PRUNED, kept_fraction=0.5, mean_n=8.0)
+    rows = {name: (model, measured) for name, model, measured in check_against_runs(BASE, pruned, kept_fraction=0.4, n=8, n_max=8)}
+    assert rows["kept fraction (prior)"] == (0.4, 0.5)
+    assert rows["mean n (prior)"] == (8, 8.0)
+    assert rows["update s / step"] == pytest.approx((1.2, 1.1))  # 3.0 s x 0.4
+    assert rows["gen s / step"] == pytest.approx((2.0, 1.7))     # n prior 8: no saving predicted
+    predicted_step = 2.0 + 0.5 + 0.4 + 0.2 + 1.2 + 0.2
+    assert rows["step s (sum of phases)"] == pytest.approx((predicted_step, 4.2))
+    assert rows["speedup vs base"] == pytest.approx((7.2 / predicted_step, 7.2 / 4.2))
     assert not any(math.isnan(v) for pair in rows.values() for v in pair)

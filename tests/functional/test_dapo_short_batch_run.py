@@ -11,9 +11,11 @@ pytestmark = pytest.mark.functional
 
 RECIPE = "easyvqa_tiny_dapo_cpu"
 #: the issue's reproduction (8 prompts x 4, one micro-batch of 32, no extra round), on the tiny
-#: model with a reward that makes about 41% of the groups informative (so about 13 rows are left)
+#: model with a reward that makes about 41% of the groups informative (so about 13 rows are left),
+#: in the mini-batch geometry (whole micro-batches of 32: the free geometry never pads on one rank)
 REPRO = [
     "rollout.n=4", "rollout.prompts_per_step=8", "trainer.mini_batch_prompts=8", "parallel.micro_batch_size=32",
+    "pruning.refill_to=mini_batch",
     "trainer.max_steps=2", "trainer.val_before_train=false", "reward.name=tests/functional/coin_rewards.py:one_in_eight",
 ]
 PHASES = ("gen", "reward", "prune", "old", "ref", "update", "refit")

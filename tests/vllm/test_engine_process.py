@@ -148,6 +148,51 @@ def test_hung_engine_is_reported_within_the_bound(setup):
     assert c.proc.poll() is not None  # killed, no orphan
 
 
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:  # a zombie is dead
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_engine_dies_with_a_killed_parent(setup, tmp_path):
+    """A trainer killed with SIGKILL (no clean-up) takes its engine along, even while the engine is
+    still starting (before the socket could tell it): prctl(PR_SET_PDEATHSIG) + the watchdog."""
+    import json
+    import subprocess
+    import sys
+
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"model": str(setup["model_dir"]), "tokenizer": str(setup["model_dir"] / "tokenizer"),
+                                "seed": 0, "allowed_token_ids": None, "eos_token_id": 0, "llm_kwargs": LLM_KWARGS}))
+    code = (
+        "import os, socket, subprocess, sys, time\n"
+        "a, b = socket.socketpair()\n"
+        f"p = subprocess.Popen([{str(_vllm_python())!r}, {str(REPO / 'fastrl/rollout/engine_server.py')!r}, '--fd', "
+        f"str(b.fileno()), '--spec', {str(spec)!r}, '--parent-pid', str(os.getpid())], pass_fds=(b.fileno(),), "
+        "start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+        "print(p.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    pid = None
+    try:
+        pid = int(parent.stdout.readline())
+        time.sleep(1.0)
+        assert _alive(pid)
+        parent.kill()  # SIGKILL: no clean-up in the parent; the engine is still importing vLLM
+        parent.wait(timeout=30)
+        deadline = time.monotonic() + 5
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(pid), "the engine outlived its parent"
+    finally:
+        parent.kill()
+        if pid is not None and _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
 def test_vision_language_model_is_refused_at_start(tmp_path):
     vl_dir = build_tiny_hf_model_dir(tmp_path / "tiny_vl", ModelConfig())
     with pytest.raises(EngineStartError, match="cannot load Qwen2_5_VLForConditionalGeneration.*torchvision"):

@@ -6,8 +6,8 @@ refitted through shared memory after every step. (a) 10 steps: engine/trainer lo
 Hugging Face engine on the same steps gives rewards of the same level (the engines draw different
 samples: vLLM seeds each request, the HF engine one torch generator; so per-step rewards differ and
 only the 10-step means are compared); (c) an engine killed mid-run stops the run within
-``rollout.engine_timeout_s`` with one line naming the engine and its exit status, and an engine never
-outlives a killed trainer; (d) a refit that skips the transfer is caught by the verification.
+``rollout.engine_timeout_s`` with one line naming the engine and its exit status (that an engine
+never outlives its killed parent: tests/vllm/test_engine_process.py); (d) a refit that skips the transfer is caught by the verification.
 """
 
 from __future__ import annotations
@@ -98,15 +98,6 @@ def _engine_pid(proc: subprocess.Popen, lines: list[str], until: str) -> int:
     raise AssertionError("".join(lines[-50:]))
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as f:  # a zombie is dead
-        return f.read().split(")")[-1].split()[0] != "Z"
-
-
 def test_c_killed_engine_is_reported_and_never_orphaned(tmp_path):
     # the engine dies mid-run: one line, within the bound
     proc = subprocess.Popen(_cmd(tmp_path / "a", *LONG, f"rollout.engine_timeout_s={BOUND_S}"),
@@ -126,28 +117,11 @@ def test_c_killed_engine_is_reported_and_never_orphaned(tmp_path):
     assert len(errors) == 1, rest[-3000:]
     assert "EngineError" in errors[0] and f"pid {pid}" in errors[0] and "killed by signal 9" in errors[0]
 
-    # the trainer dies (SIGKILL, no clean-up): its engine follows
-    proc = subprocess.Popen(_cmd(tmp_path / "b", *LONG), cwd=REPO, env=_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        pid = _engine_pid(proc, [], "validation @ step 0")
-        proc.kill()
-        proc.wait(timeout=30)
-        deadline = time.monotonic() + 10
-        while _alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not _alive(pid), "the engine outlived its trainer"
-    finally:
-        proc.kill()
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, UnboundLocalError):
-            pass
-
 
 def test_d_stale_engine_is_caught_by_the_refit_verification(tmp_path):
-    proc = _train(tmp_path, "trainer.max_steps=3", "rollout.verify_refit_every=1", FASTRL_TEST_SKIP_REFIT_TRANSFER="1")
-    assert proc.returncode != 0
+    proc = _train(tmp_path, "trainer.max_steps=3", "rollout.verify_refit_every=1", "rollout.verify_refit_tolerance=1e-4",
+                  FASTRL_TEST_SKIP_REFIT_TRANSFER="1")
+    assert proc.returncode != 0, proc.stderr[-3000:]
     errors = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith("fastrl.train: error:")]
     assert len(errors) == 1, proc.stderr[-3000:]
     assert "RefitVerificationError: refit verification failed after refit 1" in errors[0]
