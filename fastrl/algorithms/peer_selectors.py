@@ -14,7 +14,8 @@ mask by its own rule and shares MDAP's Phase 2 refill and :class:`~fastrl.algori
   1e-12 relative) the smallest ``k`` wins (more of the low end).
 - :func:`zero_advantage_select`: drop every rollout whose advantage is 0 (to 4 decimals: the
   reference's bucket rounding), i.e. the groups where every response got the same reward and the
-  ties at the group mean; they carry no policy gradient (only the KL term).
+  ties at the group mean; they carry no policy gradient (only the KL term). A batch where every
+  advantage is 0 keeps the first rollout (batch order) of each group, so that a step still trains.
 """
 
 from __future__ import annotations
@@ -106,4 +107,6 @@ def zero_advantage_select(
     )
     b = call.batch
     keep = np.round(b.adv.astype(np.float64), 4) != 0
+    if not keep.any():  # no rollout carries a policy gradient: keep each group's first (the KL term trains)
+        keep[np.sort(b.order[np.r_[0, np.cumsum(b.group_sizes)[:-1]]])] = True
     return finish_pruner(call, keep, num_buckets=0, pruner="zero-advantage skip")

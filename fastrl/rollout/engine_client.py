@@ -41,6 +41,7 @@ import json
 import logging
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -185,7 +186,13 @@ class EngineProcessClient:
         self.proc: subprocess.Popen | None = None
         self.sock: socket.socket | None = None
         self._closed = False
-        self._start()
+        try:
+            self._start()
+        except BaseException:
+            self._closed = True
+            self.transport.close()
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            raise
         atexit.register(self.shutdown)
         stop = self.info["default_stop_token_ids"]
         self.default_stop_token_ids: tuple[int, ...] = tuple(int(t) for t in stop)
@@ -334,6 +341,8 @@ class EngineProcessClient:
                 pass
         self._kill()
         self.transport.close()
+        if self.log_path.parent == self._workdir:  # the log's tail was quoted in any error already
+            shutil.rmtree(self._workdir, ignore_errors=True)
 
     # ---- RolloutEngine ---------------------------------------------------------------------
 

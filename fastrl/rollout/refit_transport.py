@@ -109,6 +109,21 @@ class _BucketFile:
         self.path.unlink(missing_ok=True)
 
 
+def remove_stale_refit_dirs(base: Path) -> list[Path]:
+    """Remove ``fastrl-refit-<pid>-*`` directories of trainers that no longer run (a trainer killed
+    with SIGKILL cannot remove its own); returns what was removed."""
+    import shutil
+
+    removed = []
+    for d in base.glob("fastrl-refit-*-*"):
+        pid = d.name.split("-")[2]
+        if not pid.isdigit() or Path(f"/proc/{pid}").exists() or not Path("/proc/self").exists():
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        removed.append(d)
+    return removed
+
+
 class SharedMemoryTransport:
     """Refit through one shared-memory file per bucket (module docstring).
 
@@ -126,7 +141,8 @@ class SharedMemoryTransport:
         if bucket_bytes < 1:
             raise ValueError(f"bucket_bytes must be >= 1, got {bucket_bytes}")
         base = Path(directory) if directory else (Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir()))
-        self.dir = Path(tempfile.mkdtemp(prefix="fastrl-refit-", dir=base))
+        remove_stale_refit_dirs(base)
+        self.dir = Path(tempfile.mkdtemp(prefix=f"fastrl-refit-{os.getpid()}-", dir=base))
         self.bucket_bytes = bucket_bytes
         self.skip_after_first = skip_after_first
         self.live: list[_BucketFile] = []

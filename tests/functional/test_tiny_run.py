@@ -28,10 +28,7 @@ def test_tiny_fastrl_run_metrics_within_thresholds(tmp_path):
             assert r[f"time/{phase}"] >= 0.0
         assert r["mismatch/abs_diff_max"] <= THRESHOLDS["max_abs_logprob_mismatch"]
         assert THRESHOLDS["min_prune_kept_fraction"] <= r["prune/kept_fraction"] <= THRESHOLDS["max_prune_kept_fraction"]
-        # free geometry (pruning.refill_to=free): the kept count is MDAP's (no refill with one DP
-        # rank), and every step makes prompts / mini-batch = 4 / 2 optimizer updates
-        assert r["prune/num_refilled"] == 0
-        assert r["actor/updates"] == 2
+        assert r["prune/num_kept"] % 8 == 0  # refilled to the mini-batch geometry: 2 prompts x n=4
         assert r["actor/grad_norm"] <= THRESHOLDS["max_grad_norm"]
         assert r["rollout/n"] == 4
         assert 0.0 <= r["accuracy/mean"] <= 1.0

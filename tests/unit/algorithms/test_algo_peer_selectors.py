@@ -76,6 +76,12 @@ def test_zero_advantage_select_drops_exact_and_rounded_zeros():
     assert r.num_kept == 4 and r.num_refilled == 1
 
 
+def test_zero_advantage_select_all_zero_batch_keeps_each_groups_first():
+    gid = torch.tensor([1, 0, 1, 0, 2])
+    r = zero_advantage_select(torch.zeros(5), gid)
+    assert r.keep.tolist() == [True, True, False, False, True]
+
+
 def test_random_select_is_per_group_keep_ratio():
     """Paper Table 5's random-p: each group keeps max(1, int(n x p)) uniformly random rollouts."""
     gid = torch.arange(4).repeat_interleave(8)

@@ -131,3 +131,17 @@ def test_engine_config_fields_are_checked():
                 dict(verify_refit_tolerance=0), dict(refit_bucket_mb=0)):
         with pytest.raises(ConfigError):
             RolloutConfig(**bad)
+
+
+def test_refit_files_of_dead_trainers_are_removed(tmp_path):
+    import os
+
+    from fastrl.rollout.refit_transport import remove_stale_refit_dirs
+
+    dead = tmp_path / "fastrl-refit-999999999-abc"
+    dead.mkdir()
+    (dead / "live-00000.bin").write_bytes(b"x")
+    alive = tmp_path / f"fastrl-refit-{os.getpid()}-abc"
+    alive.mkdir()
+    assert remove_stale_refit_dirs(tmp_path) == [dead]
+    assert not dead.exists() and alive.exists()
