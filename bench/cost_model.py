@@ -400,7 +400,8 @@ def scaling_table(
                 f"| {_fmt_bytes(cost.gather_bytes_per_rank)} | {sec['gather']:.2g} | {sum(sec.values()):.1f} | {ratio:.2f}x |"
             )
         results[layout.name] = {label: sum(sec.values()) for label, sec in seconds.items()}
-    lines += ["", f"Pruning all-gather per DP rank against the DP size ({shape.prompts_per_step} prompts x {shape.n:g}, {shape.response_tokens:.0f} response tokens):", "",
+    what = f"{shape.prompts_per_step} prompts x {shape.n:g}, {shape.response_tokens:.0f} response tokens"
+    lines += ["", f"Pruning all-gather per DP rank against the DP size ({what}):", "",
               "| DP size | exact | minhash (128 bins) |", "| ---: | ---: | ---: |"]
     for d in (1, 2, 4, 8, 16, 64, 256):
         exact = step_cost(replace(shape, dp_size=d)).gather_bytes_per_rank

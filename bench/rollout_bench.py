@@ -101,13 +101,13 @@ def main() -> None:
         vllm_worker(args.vllm_worker)
         return
 
-    from PIL import Image
     from easy_vqa import get_train_image_paths, get_train_questions
+    from PIL import Image
+    from transformers import AutoTokenizer
 
     from fastrl.config import ModelConfig
     from fastrl.models.tiny import cached_tiny_model_dir, load_processor
     from fastrl.rollout.engine import RolloutPrompt
-    from transformers import AutoTokenizer
 
     cache = Path(args.cache)
     text_dir = cached_tiny_model_dir(cache, ModelConfig(), text_only=True)

@@ -11,7 +11,6 @@ from typing import Any, Sequence
 import torch
 import torch.distributed as dist
 
-
 _WIDENED = (torch.int16, torch.int8, torch.uint8, torch.bool)
 
 

@@ -24,9 +24,9 @@ from typing import Callable, Sequence
 
 import torch
 
+from fastrl.batch import PolicyBatch
 from fastrl.distributed import collectives
 from fastrl.distributed.partition import balanced_assignment
-from fastrl.batch import PolicyBatch
 
 
 @dataclass

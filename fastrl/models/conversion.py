@@ -62,6 +62,7 @@ from fastrl.models.hf_dirs import (
     tie_word_embeddings,
 )
 
+
 def _write_marker(directory: Path, extra: dict[str, Any]) -> None:
     files = {str(p.relative_to(directory)): p.stat().st_size for p in sorted(directory.rglob("*")) if p.is_file()}
     (directory / COMPLETE_MARKER).write_text(json.dumps({"step": 0, "files": files, **extra}, indent=1))

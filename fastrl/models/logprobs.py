@@ -15,8 +15,8 @@ from typing import Any, Callable
 
 import torch
 
-from fastrl.distributed import collectives
 from fastrl.batch import PolicyBatch
+from fastrl.distributed import collectives
 
 
 def token_log_probs_from_logits(logits: torch.Tensor, input_ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:

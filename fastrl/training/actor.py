@@ -20,11 +20,11 @@ from typing import Any
 import torch
 
 from fastrl.algorithms.losses import gspo_loss, kl_loss, loss_denominator, ppo_clip_loss
+from fastrl.batch import PolicyBatch
 from fastrl.config import AlgorithmConfig, OptimizerConfig, ParallelConfig, PrecisionConfig
 from fastrl.distributed import collectives
-from fastrl.models.provider import MegatronPolicy
 from fastrl.models import logprobs as logprob_ops
-from fastrl.batch import PolicyBatch
+from fastrl.models.provider import MegatronPolicy
 
 #: Tensors an update needs in ``PolicyBatch.tensors``.
 REQUIRED_TENSORS = ("advantages", "old_log_probs")

@@ -82,7 +82,8 @@ class MetricsLogger:
         flat = flatten(metrics)
         if not self.enabled:
             return flat
-        record = {"step": step, "kind": kind, "wall_time": time.time(), **{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in flat.items()}}
+        finite = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in flat.items()}
+        record = {"step": step, "kind": kind, "wall_time": time.time(), **finite}
         self._fh.write(json.dumps(record) + "\n")
         if self._tb is not None:
             for key, value in flat.items():

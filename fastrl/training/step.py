@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from fastrl.checkpoint.train_state import TrainState
 from fastrl.data import ResumableSampler
-from fastrl.training.geometry import equal_micro_batches
 from fastrl.training.generation import generate, group_size, prompts_this_step
+from fastrl.training.geometry import equal_micro_batches
 from fastrl.training.parts import RunParts
 from fastrl.training.prompt_skip import record_rewards, skip_prompts, skipper_of
 from fastrl.training.prune_phase import prune, repartition_kept

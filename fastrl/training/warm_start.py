@@ -116,8 +116,8 @@ class _AttributeHeads(torch.nn.Module):
 
     def loss(self, image_embeds: Sequence[torch.Tensor], labels: Sequence[ImageLabels]) -> tuple[torch.Tensor, float]:
         pooled = torch.stack([e.mean(0) for e in image_embeds])
-        color_t = torch.tensor([COLORS.index(l.color) if l.color else -100 for l in labels])
-        shape_t = torch.tensor([SHAPE_LIST.index(l.shape) if l.shape else -100 for l in labels])
+        color_t = torch.tensor([COLORS.index(lab.color) if lab.color else -100 for lab in labels])
+        shape_t = torch.tensor([SHAPE_LIST.index(lab.shape) if lab.shape else -100 for lab in labels])
         color_logits, shape_logits = self.color(pooled), self.shape(pooled)
         loss = F.cross_entropy(color_logits, color_t, ignore_index=-100) + F.cross_entropy(
             shape_logits, shape_t, ignore_index=-100

@@ -24,12 +24,11 @@ def round_trip_worker(hf_dir: Path, root: Path, import_layout: tuple[int, int], 
     import torch.distributed as dist
 
     from fastrl.checkpoint.resolve import load_megatron_checkpoint
+    from fastrl.config import PrecisionConfig
     from fastrl.models import conversion
     from fastrl.models.logprobs import megatron_logits
-    from tools.verify_conversion import policy_batch, sample_inputs
-
-    from fastrl.config import PrecisionConfig
     from fastrl.models.provider import build_policy
+    from tools.verify_conversion import policy_batch, sample_inputs
 
     parallel = _init(*import_layout)
     imported = conversion.import_hf(hf_dir, root / "imported", parallel=parallel)

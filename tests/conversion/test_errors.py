@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from conftest import run_tool
 
 pytestmark = pytest.mark.distributed

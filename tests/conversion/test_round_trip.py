@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import check, run_tool
 from conversion_workers import round_trip_worker
 from launcher import run_distributed

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import TRAIN_OVERRIDES, check, run_tool
 from conversion_workers import trained_logits_worker
 from launcher import run_distributed

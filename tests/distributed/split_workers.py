@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import torch
+from workers import make_train_batch
 
 from fastrl.config import ParallelConfig, PrecisionConfig
-from workers import make_train_batch
 
 
 def split_worker(hf_dir: Path, algorithm, splits: list[list[int] | None], n: int = 6) -> dict[str, Any]:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from launcher import run_distributed
 from transformers import AutoModelForCausalLM
+from workers import hf_loss_and_grads, train_worker
 
 from fastrl.config import AlgorithmConfig
-from launcher import run_distributed
-from workers import hf_loss_and_grads, train_worker
 
 pytestmark = pytest.mark.distributed
 
@@ -32,7 +32,7 @@ def test_loss_and_gradients_match_single_process_hf(qwen2_path, world, tp, pp):
     assert sorted(grads) == sorted(expected_grads)
     assert any(g.abs().max() > 1e-3 for g in expected_grads.values())
     for name, g in expected_grads.items():
-        torch.testing.assert_close(grads[name], g, rtol=1e-4, atol=1e-6, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(grads[name], g, rtol=1e-4, atol=1e-6, msg=lambda m, name=name: f"{name}: {m}")
 
 
 @pytest.mark.parametrize(
@@ -48,7 +48,7 @@ def test_sequence_level_losses_match_single_process_hf(qwen2_path, world, tp, pp
     assert results[0]["metrics"]["actor/loss"] == pytest.approx(expected_loss, rel=1e-5, abs=1e-7)
     assert results[0]["metrics"]["actor/seq_clipfrac"] < 1  # the policy-gradient term has a gradient
     for name, g in expected_grads.items():
-        torch.testing.assert_close(results[0]["tensors"][name], g, rtol=1e-4, atol=1e-6, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(results[0]["tensors"][name], g, rtol=1e-4, atol=1e-6, msg=lambda m, name=name: f"{name}: {m}")
 
 
 def test_distributed_optimizer_step_matches_single_process(qwen2_path):
@@ -64,4 +64,4 @@ def test_distributed_optimizer_step_matches_single_process(qwen2_path):
     # gradients near zero are sensitive to the summation order of the reduced gradients)
     assert max(float((w - initial[name]).abs().max()) for name, w in single["tensors"].items()) > 5e-4
     for name, w in single["tensors"].items():
-        torch.testing.assert_close(multi[0]["tensors"][name], w, rtol=0, atol=1e-5, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(multi[0]["tensors"][name], w, rtol=0, atol=1e-5, msg=lambda m, name=name: f"{name}: {m}")

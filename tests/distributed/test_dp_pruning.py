@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from launcher import run_distributed
+from workers import make_rollouts, pruning_worker
 
 from fastrl.algorithms.minhash import minhash_sketch
 from fastrl.algorithms.prune_weights import bucket_size_weights
 from fastrl.algorithms.pruning import mdap_select
-from launcher import run_distributed
-from workers import make_rollouts, pruning_worker
 
 pytestmark = pytest.mark.distributed
 

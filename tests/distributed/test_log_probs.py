@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from launcher import run_distributed
 from workers import hf_log_probs, image_token_id, log_probs_worker, make_batch
 

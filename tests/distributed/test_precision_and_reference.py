@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from launcher import run_distributed
 from workers import bf16_and_reference_worker, hf_log_probs, make_batch
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from fastrl.config import AlgorithmConfig
 from launcher import run_distributed
 from split_workers import split_worker
+
+from fastrl.config import AlgorithmConfig
 
 pytestmark = pytest.mark.distributed
 
@@ -32,4 +32,4 @@ def test_gradient_does_not_depend_on_the_micro_batch_cut(qwen2_path, algorithm):
     for other in results[1:]:
         assert other["loss"] == pytest.approx(first["loss"], rel=1e-5, abs=1e-7)
         for name, g in first["grads"].items():
-            torch.testing.assert_close(other["grads"][name], g, rtol=1e-4, atol=1e-6, msg=lambda m: f"{name}: {m}")
+            torch.testing.assert_close(other["grads"][name], g, rtol=1e-4, atol=1e-6, msg=lambda m, name=name: f"{name}: {m}")

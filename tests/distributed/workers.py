@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from hf_models import VOCAB
 
 from fastrl.config import ParallelConfig, PrecisionConfig
-from hf_models import VOCAB
 
 PATCH_DIM = 3 * 2 * 14 * 14  # channels x temporal patch x patch x patch
 
@@ -87,8 +87,8 @@ def _init(tp: int, pp: int, seed: int = 1):
 
 def log_probs_worker(hf_dir: Path, tp: int, pp: int, images: bool, precision: str = "fp32") -> dict[str, Any]:
     """Log-probs of :func:`make_batch` (this DP rank's share) under the megatron policy."""
-    from fastrl.models.provider import build_policy, export_hf_weights
     from fastrl.models.logprobs import compute_log_probs
+    from fastrl.models.provider import build_policy, export_hf_weights
 
     parallel, ctx = _init(tp, pp)
     policy = build_policy(hf_dir, parallel=parallel, precision=PrecisionConfig(mode=precision), trainable=False)
@@ -278,9 +278,9 @@ def bf16_and_reference_worker(hf_dir: Path) -> dict[str, Any]:
     """bf16 actor update (fp32 master weights) next to a frozen, CPU-offloaded reference policy."""
     from fastrl.config import AlgorithmConfig, OptimizerConfig
     from fastrl.distributed import parallel_state
+    from fastrl.models.logprobs import compute_log_probs, mismatch_metrics
     from fastrl.models.provider import build_policy, offload_to_cpu, reload_to_device
     from fastrl.training.actor import Actor
-    from fastrl.models.logprobs import compute_log_probs, mismatch_metrics
 
     parallel = ParallelConfig(tensor_model_parallel_size=2, backend="gloo", micro_batch_size=2)
     parallel_state.initialize(parallel, seed=1)

@@ -39,7 +39,7 @@ def test_tiny_fastrl_run_metrics_within_thresholds(tmp_path):
     assert summary["finished"] is True and summary["step"] == 3
     ckpts = sorted(p.name for p in (run_dir / "checkpoints").iterdir() if p.name.startswith("step_"))
     assert ckpts[-1] == "step_00000003"
-    saves = [l for l in (proc.stdout + proc.stderr).splitlines() if "checkpoint saved:" in l and "step_00000003" in l]
+    saves = [ln for ln in (proc.stdout + proc.stderr).splitlines() if "checkpoint saved:" in ln and "step_00000003" in ln]
     assert len(saves) == 1, saves  # the last step is written once, also when it is the best
     # plots and the run comparison work on a real run directory
     from tools import compare_runs, plot_run

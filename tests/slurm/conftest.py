@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from slurm_cluster import LocalSlurmCluster  # this folder is on sys.path (no __init__.py: prepend import mode)
 
 REPO = Path(__file__).resolve().parents[2]

@@ -7,9 +7,9 @@ import json
 import pytest
 import torch
 
+from fastrl.batch import PolicyBatch
 from fastrl.distributed.parallel_state import resolve_backend
 from fastrl.models.provider import read_model_type
-from fastrl.batch import PolicyBatch
 
 
 def test_backend_auto_is_gloo_without_cuda_and_nccl_needs_cuda():

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from fastrl.distributed.dp_pruning import concat_batches
 from fastrl.batch import PolicyBatch
+from fastrl.distributed.dp_pruning import concat_batches
 
 
 def _batch(n: int, t: int, start: int) -> PolicyBatch:

@@ -48,7 +48,6 @@ def test_free_and_mini_batch_geometry_multiples():
 
 @pytest.mark.parametrize("method", ["pods", "zero_adv_skip", "fastrl_unbiased", "greso", "cppo", "random"])
 def test_dispatch_of_every_method(method):
-    import dataclasses
 
     from fastrl.config import PruningConfig
 
