@@ -75,7 +75,7 @@ class Layout:
 def _layout(hf: str, tp: int, pp: int, world: int, gib: float, util: float, engine_tp: int, hardware: str) -> Layout:
     parallel = ParallelConfig(
         tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, world_size=world, micro_batch_size=1,
-        gpu_memory_gib=gib,
+        gpu_memory_gib=gib, backend="nccl",  # a GPU recipe never falls back to gloo on a CPU machine
     )
     return Layout(hf, parallel, util, engine_tp, hardware)
 
@@ -109,6 +109,7 @@ def paper_base(size: str, dataset: str, precision: str, name: str) -> RunConfig:
             max_prompt_length=2048, max_response_length=2048,
             engine_tensor_parallel_size=layout.engine_tensor_parallel_size,
             gpu_memory_utilization=layout.gpu_memory_utilization,
+            engine_python=".venv-engine/bin/python",  # the engine environment of the README's GPU quick start
         ),
         algorithm=AlgorithmConfig(
             advantage_estimator="grpo", clip_low=0.2, clip_high=0.3,

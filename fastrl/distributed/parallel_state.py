@@ -61,7 +61,10 @@ def resolve_backend(requested: str) -> str:
     if requested == "auto":
         return "nccl" if torch.cuda.is_available() else "gloo"
     if requested == "nccl" and not torch.cuda.is_available():
-        raise RuntimeError("parallel.backend='nccl' needs CUDA GPUs; use parallel.backend=gloo on CPU")
+        raise RuntimeError(
+            "no GPU: parallel.backend='nccl' (the GPU recipes' setting) needs CUDA GPUs and torch.cuda sees none "
+            "here; run the GPU recipes on a GPU node (README, GPU quick start), or a *_cpu recipe on this machine"
+        )
     return requested
 
 

@@ -92,3 +92,17 @@ def test_large_recipes_layouts_and_memory_plans(monkeypatch):
         plan = estimate_memory(c, c.parallel.world_size, c.parallel.gpu_memory_gib)
         assert plan.fits, f"{name}: {plan.format()}"
         assert plan.kv_cache_gib > 4, f"{name}: {plan.format()}"
+
+
+def test_gpu_recipes_refuse_to_run_without_a_gpu():
+    """A GPU recipe asks for NCCL, so on a CPU machine it stops at start-up with "no GPU" instead of
+    training a 3B-72B model on gloo."""
+    from fastrl.distributed.parallel_state import resolve_backend
+    from recipes import get_recipe, list_recipes
+
+    gpu = [name for name in list_recipes() if not name.endswith(("_cpu", "_fp8"))]  # fp8 needs TE to build
+    assert len(gpu) >= 8
+    for name in gpu:
+        assert get_recipe(name).parallel.backend == "nccl", name
+    with pytest.raises(RuntimeError, match="no GPU"):
+        resolve_backend(get_recipe(gpu[0]).parallel.backend)
