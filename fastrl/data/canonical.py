@@ -67,12 +67,6 @@ def write_canonical(records: Iterable[Record], path: str | Path) -> Path:
     return path
 
 
-def is_canonical(path: str | Path) -> bool:
-    """Whether a parquet file carries the canonical format marker."""
-    metadata = pq.ParquetFile(path).schema_arrow.metadata or {}
-    return metadata.get(FORMAT_KEY) == FORMAT_VERSION
-
-
 def parse_metadata(text: object) -> dict[str, str] | str:
     """The metadata column value as a ``dict[str, str]``, or the reason it is not one."""
     if text is None or text == "":

@@ -77,9 +77,6 @@ class ResumableSampler:
         last index of the first epoch; above ``trainer.epochs`` when a run wraps past its budget)."""
         return self.epoch + self.position / self.num_items
 
-    def steps_per_epoch(self, batch_size: int) -> float:
-        """``num_items / batch_size`` (may be fractional: batches cross epoch boundaries)."""
-        return self.num_items / batch_size
 
     def next_batch(self, batch_size: int) -> SampledBatch:
         """The next ``batch_size`` indices; advances the position."""

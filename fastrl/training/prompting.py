@@ -55,13 +55,6 @@ def record_prompt(record: Record, *, template: str, tokenizer: Any, image_size: 
     return RolloutPrompt(text=text, images=images)
 
 
-def record_prompts(
-    records: Sequence[Record], *, template: str, tokenizer: Any, image_size: int | None = None
-) -> list[RolloutPrompt]:
-    """:func:`record_prompt` for each record."""
-    return [record_prompt(r, template=template, tokenizer=tokenizer, image_size=image_size) for r in records]
-
-
 def prompt_length(
     record: Record, *, template: str, tokenizer: Any, image_size: int | None, min_pixels: int, max_pixels: int
 ) -> int:
