@@ -112,7 +112,10 @@ def test_import_from_a_directory_that_is_not_a_model(tied_hf: Path, tmp_path: Pa
         captured = capsys.readouterr()
         return Result(code, captured.out, captured.err)
 
-    assert_clean_failure(run_import(tmp_path / "missing"), "missing/config.json does not exist")
+    assert_clean_failure(run_import(tmp_path / "missing"), "missing does not exist", "a hub id")
+    not_a_model = tmp_path / "not_a_model"
+    not_a_model.mkdir()
+    assert_clean_failure(run_import(not_a_model), "not_a_model/config.json does not exist")
     config_only = tmp_path / "config_only"
     config_only.mkdir()
     shutil.copy(tied_hf / "config.json", config_only / "config.json")
