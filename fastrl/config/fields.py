@@ -36,8 +36,17 @@ def section(cls: type, text: str) -> Any:
 
 
 def transformer_engine_available() -> bool:
-    """True when NVIDIA Transformer Engine can be imported (never on CPU-only machines)."""
-    return importlib.util.find_spec("transformer_engine") is not None
+    """True when NVIDIA Transformer Engine's PyTorch layers can be imported (never on CPU-only
+    machines). The core package alone is not enough: ``transformer_engine.pytorch`` is the torch
+    extension the layers need (built separately, requirements/gpu-trainer-te.txt), and a core
+    install without it fails only when the first TE layer is built."""
+    if importlib.util.find_spec("transformer_engine") is None:
+        return False
+    try:
+        importlib.import_module("transformer_engine.pytorch")
+    except Exception:  # a broken or partial install raises ImportError, OSError (missing CUDA libs), ...
+        return False
+    return True
 
 
 def _check(condition: bool, message: str) -> None:
