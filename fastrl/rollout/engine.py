@@ -207,3 +207,36 @@ def normalize_group_sizes(num_prompts: int, n_per_prompt: int | Sequence[int]) -
     if bad:
         raise ValueError(f"group sizes must be >= 0; prompt {bad[0][0]} has n={bad[0][1]}")
     return sizes
+
+
+def assemble_rollouts(
+    prompts: Sequence[RolloutPrompt],
+    prompt_inputs: list[PromptInputs],
+    sizes: list[int],
+    tokens: list[torch.Tensor],
+    logprobs: list[torch.Tensor],
+    finish: list[FinishReason],
+    tokenizer: Any,
+    elapsed: float,
+    **extra_metrics: float,
+) -> Rollouts:
+    """The :class:`Rollouts` of an engine's sampled responses (prompt ``i``'s ``sizes[i]`` responses
+    consecutive), the texts decoded once here, and the generation metrics (``elapsed`` in s).
+    ``extra_metrics`` are added under ``rollout/<name>``."""
+    generated = sum(int(t.numel()) for t in tokens)
+    return Rollouts(
+        prompts=list(prompts),
+        prompt_inputs=prompt_inputs,
+        n_per_prompt=sizes,
+        prompt_index=[i for i, n in enumerate(sizes) for _ in range(n)],
+        response_token_ids=tokens,
+        logprobs=logprobs,
+        finish_reasons=finish,
+        response_texts=tokenizer.batch_decode([t.tolist() for t in tokens], skip_special_tokens=True),
+        metrics={
+            "rollout/generated_tokens": float(generated),
+            "rollout/time_s": elapsed,
+            "rollout/tokens_per_s": generated / elapsed if elapsed > 0 else 0.0,
+            **{f"rollout/{k}": float(v) for k, v in extra_metrics.items()},
+        },
+    )

@@ -60,6 +60,7 @@ from fastrl.rollout.engine import (
     RolloutPrompt,
     Rollouts,
     SamplingParams,
+    assemble_rollouts,
     normalize_group_sizes,
 )
 from fastrl.rollout.refit_transport import CudaIpcTransport, SharedMemoryTransport
@@ -401,22 +402,9 @@ class EngineProcessClient:
                 logprobs.append(torch.tensor(lps, dtype=torch.float32))
                 r: FinishReason = "stop" if reason == "stop" else "length"
                 finish.append(r)
-        generated = sum(int(t.numel()) for t in tokens)
-        return Rollouts(
-            prompts=list(prompts),
-            prompt_inputs=self._prompt_inputs(prompts, prompt_ids),
-            n_per_prompt=sizes,
-            prompt_index=[i for i, n in enumerate(sizes) for _ in range(n)],
-            response_token_ids=tokens,
-            logprobs=logprobs,
-            finish_reasons=finish,
-            response_texts=self.tokenizer.batch_decode([t.tolist() for t in tokens], skip_special_tokens=True),
-            metrics={
-                "rollout/generated_tokens": float(generated),
-                "rollout/time_s": elapsed,
-                "rollout/tokens_per_s": generated / elapsed if elapsed > 0 else 0.0,
-                "rollout/engine_time_s": float(reply["time_s"]),
-            },
+        return assemble_rollouts(
+            prompts, self._prompt_inputs(prompts, prompt_ids), sizes, tokens, logprobs, finish, self.tokenizer, elapsed,
+            engine_time_s=float(reply["time_s"]),
         )
 
     def _prompt_inputs(self, prompts: Sequence[RolloutPrompt], prompt_ids: dict[int, list[int]]) -> list[PromptInputs]:

@@ -53,6 +53,7 @@ from fastrl.rollout.engine import (
     RolloutPrompt,
     Rollouts,
     SamplingParams,
+    assemble_rollouts,
     normalize_group_sizes,
 )
 
@@ -234,22 +235,9 @@ class VLLMRolloutEngine:
                 ))
                 reason: FinishReason = "stop" if completion.finish_reason == "stop" else "length"
                 finish.append(reason)
-        generated = sum(int(t.numel()) for t in tokens)
-        return Rollouts(
-            prompts=list(prompts),
-            prompt_inputs=self._prompt_inputs(prompts, prompt_ids),
-            n_per_prompt=sizes,
-            prompt_index=[i for i, n in enumerate(sizes) for _ in range(n)],
-            response_token_ids=tokens,
-            logprobs=logprobs,
-            finish_reasons=finish,
-            # vLLM runs with detokenize=False; the whole response is decoded once here, like the HF engine
-            response_texts=self.tokenizer.batch_decode([t.tolist() for t in tokens], skip_special_tokens=True),
-            metrics={
-                "rollout/generated_tokens": float(generated),
-                "rollout/time_s": elapsed,
-                "rollout/tokens_per_s": generated / elapsed if elapsed > 0 else 0.0,
-            },
+        # vLLM runs with detokenize=False; the whole response is decoded once, like the HF engine
+        return assemble_rollouts(
+            prompts, self._prompt_inputs(prompts, prompt_ids), sizes, tokens, logprobs, finish, self.tokenizer, elapsed
         )
 
     def _prompt_inputs(self, prompts: Sequence[RolloutPrompt], prompt_ids: dict[int, list[int]]) -> list[PromptInputs]:
