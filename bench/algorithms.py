@@ -79,7 +79,7 @@ FAMILY = (
     Entry("fastrl_gspo", "easyvqa_tiny_fastrl_gspo_cpu", "gspo", "GSPO + FastRL"),
     # issue 18: ARS alone, the paper's refill geometry, and the peer selectors (full mode only)
     Entry("ars_grpo", "easyvqa_tiny_ars_grpo_cpu", "grpo", "GRPO + ARS only", quick=False),
-    Entry("fastrl_free_grpo", "easyvqa_tiny_fastrl_free_grpo_cpu", "grpo", "GRPO + FastRL (free geometry)", quick=False),
+    Entry("fastrl_refill_grpo", "easyvqa_tiny_fastrl_refill_grpo_cpu", "grpo", "GRPO + FastRL (paper refill geometry)", quick=False),
     Entry("pods_grpo", "easyvqa_tiny_pods_grpo_cpu", "grpo", "GRPO + PODS", quick=False),
     Entry("random_grpo", "easyvqa_tiny_random_grpo_cpu", "grpo", "GRPO + random 50%", quick=False),
     Entry("zeroadv_grpo", "easyvqa_tiny_zeroadv_grpo_cpu", "grpo", "GRPO + zero-advantage skip", quick=False),
@@ -280,11 +280,11 @@ def _load_note(meta: dict) -> str:
 #: selectors' keep ratios; MDAP's Phase 1 keeps ~0.22-0.25 of the default recipe's rollouts, issue 18),
 #: and the mean n as a fraction of n_max (1: ARS is not assumed to act). Rows not listed: 0.5, 1.
 COST_PRIORS: dict[str, tuple[float, float]] = {
-    # the default geometry (pruning.refill_to=mini_batch) refills MDAP's ~0.25 to 0.5 here; only the
-    # free-geometry row keeps what MDAP chose (with a pruning.refill_to=free override, use 0.25 for all)
-    "fastrl_mdap_grpo": (0.5, 1.0), "fastrl_grpo": (0.5, 1.0), "fastrl_dapo": (0.5, 1.0),
-    "fastrl_gspo": (0.5, 1.0), "fastrl_unbiased_grpo": (0.5, 1.0), "fastrl_unbiased_gspo": (0.5, 1.0),
-    "fastrl_free_grpo": (0.25, 1.0),
+    # the free geometry (the default) keeps what MDAP chose; the paper's refill geometry
+    # (pruning.refill_to=mini_batch) refills MDAP's ~0.25 to the mini-batch multiple, 0.5 here
+    "fastrl_mdap_grpo": (0.25, 1.0), "fastrl_grpo": (0.25, 1.0), "fastrl_dapo": (0.25, 1.0),
+    "fastrl_gspo": (0.25, 1.0), "fastrl_unbiased_grpo": (0.25, 1.0), "fastrl_unbiased_gspo": (0.25, 1.0),
+    "fastrl_refill_grpo": (0.5, 1.0),
     "cppo_grpo": (0.5, 1.0), "random_grpo": (0.5, 1.0), "pods_grpo": (0.5, 1.0),
     "ars_grpo": (1.0, 1.0), "greso_grpo": (1.0, 1.0),
 }

@@ -183,10 +183,11 @@ def easyvqa_tiny_ars_grpo_cpu() -> RunConfig:
 
 
 @register()
-def easyvqa_tiny_fastrl_free_grpo_cpu() -> RunConfig:
-    """GRPO + FastRL in the free update geometry (no refill to the mini-batch multiple; issue 18)."""
-    base = _with_fastrl(_tiny_base("easyvqa_tiny_fastrl_free_grpo_cpu"))
-    return replace(base, pruning=replace(base.pruning, refill_to="free"))
+def easyvqa_tiny_fastrl_refill_grpo_cpu() -> RunConfig:
+    """GRPO + FastRL in the paper's update geometry: Phase 2 refills the kept count to a multiple of
+    the mini-batch (``pruning.refill_to=mini_batch``, the reference implementation; spec 2.3)."""
+    base = _with_fastrl(_tiny_base("easyvqa_tiny_fastrl_refill_grpo_cpu"))
+    return replace(base, pruning=replace(base.pruning, refill_to="mini_batch"))
 
 
 @register()

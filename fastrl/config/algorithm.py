@@ -223,9 +223,8 @@ class PruningConfig:
     )
     greso_max_skip_fraction: float = doc(0.5, "greso: at most this fraction of a step's prompts is skipped.")
     refill_to: Literal["free", "mini_batch"] = doc(
-        "mini_batch",
-        "Update geometry of the kept set (default mini_batch until the 3-seed benchmark of the free "
-        "geometry is measured, docs/results.md). free: the kept count is only rounded to what data "
+        "free",
+        "Update geometry of the kept set. free (default): the kept count is only rounded to what data "
         "parallelism needs (a multiple of dp_size; of dp_size x micro_batch_size with pipeline "
         "parallelism), each step makes a fixed number of optimizer updates "
         "(ppo_epochs x prompts_per_step / mini_batch_prompts) over equal shares of the kept "

@@ -33,9 +33,9 @@ def test_free_and_mini_batch_geometry_multiples():
 
     from recipes.registry import get_recipe
 
-    cfg = get_recipe("easyvqa_tiny_fastrl_free_grpo_cpu")
-    assert cfg.pruning.refill_to == "free"
-    assert get_recipe("easyvqa_tiny_fastrl_grpo_cpu").pruning.refill_to == "mini_batch"  # default until measured
+    cfg = get_recipe("easyvqa_tiny_fastrl_grpo_cpu")
+    assert cfg.pruning.refill_to == "free"  # the default
+    assert get_recipe("easyvqa_tiny_fastrl_refill_grpo_cpu").pruning.refill_to == "mini_batch"  # the paper's
     assert G.refill_multiple(cfg, 1, 8) == 1 and G.refill_multiple(cfg, 4, 8) == 4
     assert G.whole_micro_batches(cfg, 2) == 2
     assert G.updates_per_pass(cfg) == cfg.rollout.prompts_per_step // cfg.trainer.mini_batch_prompts
