@@ -53,18 +53,7 @@ def bucket_size_weights(
     Raises:
         ValueError: mismatched lengths, an empty keep mask, non-finite advantages or a bad option.
     """
-    check_choice(semantics, "semantics", SEMANTICS)
-    b = prepare_batch(advantages, group_ids)
-    kept = to_numpy(keep).astype(bool).reshape(-1)
-    if kept.shape[0] != b.n:
-        raise ValueError(f"`keep` has {kept.shape[0]} rows but `advantages` has {b.n}; they must match")
-    if not kept.any():
-        raise ValueError("`keep` keeps no rollout: there is nothing to weight")
-    bid, num_buckets = advantage_buckets(b, semantics, float(adv_tolerance))
-    members = np.bincount(bid, minlength=num_buckets).astype(np.float64)
-    kept_in = np.bincount(bid[kept], minlength=num_buckets).astype(np.float64)
-    w = np.zeros(b.n, dtype=np.float64)
-    w[kept] = members[bid[kept]] / kept_in[bid[kept]]
+    w, kept = _bucket_shares(advantages, group_ids, keep, semantics, adv_tolerance)
     w[kept] /= w[kept].mean()
     return torch.from_numpy(w.astype(np.float32))
 
@@ -105,6 +94,20 @@ def inverse_keep_weights(
     Returns:
         float32 [N]: ``w_i T_K / T_hat`` on the kept rows, 0 on the pruned rows.
     """
+    w, kept = _bucket_shares(advantages, group_ids, keep, semantics, adv_tolerance)
+    lens = np.ones(w.shape[0]) if lengths is None else to_numpy(lengths).astype(np.float64).reshape(-1)
+    if lens.shape[0] != w.shape[0]:
+        raise ValueError(f"`lengths` has {lens.shape[0]} rows but `advantages` has {w.shape[0]}; they must match")
+    t_hat = float((w[kept] * lens[kept]).sum())
+    t_kept = float(lens[kept].sum())
+    if t_hat > 0:
+        w[kept] *= t_kept / t_hat
+    return torch.from_numpy(w.astype(np.float32))
+
+
+def _bucket_shares(advantages: Any, group_ids: Any, keep: Any, semantics: str, adv_tolerance: float) -> tuple[np.ndarray, np.ndarray]:
+    """``members(b) / kept(b)`` on each kept row (0 on pruned rows) as float64 [N], and the bool [N]
+    keep mask; raises ValueError on mismatched lengths, an empty mask or a bad option."""
     check_choice(semantics, "semantics", SEMANTICS)
     b = prepare_batch(advantages, group_ids)
     kept = to_numpy(keep).astype(bool).reshape(-1)
@@ -112,16 +115,9 @@ def inverse_keep_weights(
         raise ValueError(f"`keep` has {kept.shape[0]} rows but `advantages` has {b.n}; they must match")
     if not kept.any():
         raise ValueError("`keep` keeps no rollout: there is nothing to weight")
-    lens = np.ones(b.n) if lengths is None else to_numpy(lengths).astype(np.float64).reshape(-1)
-    if lens.shape[0] != b.n:
-        raise ValueError(f"`lengths` has {lens.shape[0]} rows but `advantages` has {b.n}; they must match")
     bid, num_buckets = advantage_buckets(b, semantics, float(adv_tolerance))
     members = np.bincount(bid, minlength=num_buckets).astype(np.float64)
     kept_in = np.bincount(bid[kept], minlength=num_buckets).astype(np.float64)
     w = np.zeros(b.n, dtype=np.float64)
     w[kept] = members[bid[kept]] / kept_in[bid[kept]]
-    t_hat = float((w[kept] * lens[kept]).sum())
-    t_kept = float(lens[kept].sum())
-    if t_hat > 0:
-        w[kept] *= t_kept / t_hat
-    return torch.from_numpy(w.astype(np.float32))
+    return w, kept

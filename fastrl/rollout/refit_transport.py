@@ -72,6 +72,25 @@ def group_buckets(
         yield bucket
 
 
+def pack_flat(bucket: list[tuple[str, torch.Tensor]]) -> tuple[torch.Tensor, list[Entry]]:
+    """One bucket as a flat uint8 buffer on the tensors' device, and its entry table.
+
+    Returns:
+        ``(buffer, entries)``: ``buffer`` uint8 [total bytes] holding the tensors back to back;
+        ``entries`` one ``(name, dtype name, shape, byte offset, byte count)`` per tensor, in order
+        (what the engine slices its views by).
+    """
+    total = sum(t.numel() * t.element_size() for _, t in bucket)
+    buffer = torch.empty(total, dtype=torch.uint8, device=bucket[0][1].device)
+    entries, offset = [], 0
+    for name, t in bucket:
+        n = t.numel() * t.element_size()
+        buffer[offset : offset + n].copy_(t.detach().contiguous().reshape(-1).view(torch.uint8))
+        entries.append((name, dtype_name(t.dtype), tuple(t.shape), offset, n))
+        offset += n
+    return buffer, entries
+
+
 @dataclass
 class _BucketFile:
     path: Path
@@ -242,14 +261,8 @@ class CudaIpcTransport:
         self.refits += 1
         count = nbytes = 0
         for bucket in group_buckets(stream, self.bucket_bytes):
-            total = sum(t.numel() * t.element_size() for _, t in bucket)
-            buffer = torch.empty(total, dtype=torch.uint8, device=bucket[0][1].device)
-            entries, offset = [], 0
-            for name, t in bucket:
-                n = t.numel() * t.element_size()
-                buffer[offset : offset + n].copy_(t.detach().contiguous().reshape(-1).view(torch.uint8))
-                entries.append((name, dtype_name(t.dtype), tuple(t.shape), offset, n))
-                offset += n
+            buffer, entries = pack_flat(bucket)
+            total = buffer.numel()
             torch.cuda.current_stream().synchronize()
             wait(load({"op": "load_weights_ipc", "handle": reduce_tensor(buffer), "entries": entries}))
             count, nbytes = count + len(bucket), nbytes + total
@@ -285,14 +298,8 @@ class NcclBroadcastTransport:
     def send(self, named_tensors, load, wait) -> tuple[int, int]:
         count = nbytes = 0
         for bucket in group_buckets(named_tensors, self.bucket_bytes):
-            total = sum(t.numel() * t.element_size() for _, t in bucket)
-            buffer = torch.empty(total, dtype=torch.uint8, device=bucket[0][1].device)
-            entries, offset = [], 0
-            for name, t in bucket:
-                n = t.numel() * t.element_size()
-                buffer[offset : offset + n].copy_(t.detach().contiguous().reshape(-1).view(torch.uint8))
-                entries.append((name, dtype_name(t.dtype), tuple(t.shape), offset, n))
-                offset += n
+            buffer, entries = pack_flat(bucket)
+            total = buffer.numel()
             handle = load({"op": "load_weights_nccl", "bytes": total, "entries": entries})
             self.comm.broadcast(buffer, src=0, stream=torch.cuda.current_stream())
             wait(handle)

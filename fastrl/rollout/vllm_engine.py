@@ -37,7 +37,6 @@ importing :mod:`fastrl` never needs it.
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -56,6 +55,8 @@ from fastrl.rollout.engine import (
     assemble_rollouts,
     normalize_group_sizes,
 )
+from fastrl.rollout.engine_wire import weight_group  # noqa: F401  (re-exported: the refit unit)
+from fastrl.rollout.refit_transport import group_buckets
 
 
 class VLLMRolloutEngine:
@@ -290,7 +291,7 @@ class VLLMRolloutEngine:
             # the engine runs in this process: vLLM consumes the iterator lazily
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(counter)})
         else:
-            for bucket in _buckets(counter, self.refit_bucket_bytes):
+            for bucket in group_buckets(counter, self.refit_bucket_bytes):
                 self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": bucket})
         if self._asleep:
             self._prefix_cache_stale = True  # reset once the KV cache is back (wake)
@@ -373,44 +374,3 @@ class _Counter:
         for name, tensor in self._items:
             self.count += 1
             yield name, tensor.detach().contiguous()
-
-
-_LAYER_PREFIX = re.compile(r"^(.*?\.(?:layers|blocks)\.\d+)\.")
-
-
-def weight_group(name: str) -> str:
-    """The unit vLLM must receive whole in one reload: a transformer block (``model.layers.3``,
-    ``visual.blocks.0``; vLLM fuses its q/k/v and gate/up projections) or else the parameter's module."""
-    match = _LAYER_PREFIX.match(name)
-    return match.group(1) if match else name.rpartition(".")[0]
-
-
-def _buckets(items: Iterable[tuple[str, torch.Tensor]], max_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
-    """Buckets of about ``max_bytes`` that never split a :func:`weight_group` (a bucket holding one
-    large group may exceed ``max_bytes``).
-
-    Raises:
-        ValueError: a group's tensors are not consecutive in the stream and the group was already
-            sent (vLLM would reload that layer half-filled).
-    """
-    bucket: list[tuple[str, torch.Tensor]] = []
-    size = 0
-    current: str | None = None
-    sent: set[str] = set()
-    for name, tensor in items:
-        group = weight_group(name)
-        if group in sent:
-            raise ValueError(
-                f"update_weights: {name!r} arrived after other tensors of {group!r} were already sent; "
-                f"stream each layer's tensors consecutively"
-            )
-        if group != current:
-            if current is not None and bucket and size >= max_bytes:
-                sent.update(weight_group(n) for n, _ in bucket)
-                yield bucket
-                bucket, size = [], 0
-            current = group
-        bucket.append((name, tensor))
-        size += tensor.numel() * tensor.element_size()
-    if bucket:
-        yield bucket

@@ -69,7 +69,7 @@ def test_a_run_directory_with_other_settings_is_refused(tmp_path):
 def test_quick_mode_writes_the_table_and_plots(tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = subprocess.run(
-        [sys.executable, "bench/algorithms.py", "--quick", "--threads", "1", "--out", str(tmp_path)],
+        [sys.executable, "bench/algorithms.py", "--quick", "--steps", "4", "--threads", "1", "--out", str(tmp_path)],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=1150,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -145,3 +145,19 @@ def test_refit_files_of_dead_trainers_are_removed(tmp_path):
     alive.mkdir()
     assert remove_stale_refit_dirs(tmp_path) == [dead]
     assert not dead.exists() and alive.exists()
+
+
+def test_pack_flat_round_trips_every_dtype_and_shape():
+    """The flat bucket of the CUDA IPC and NCCL transports (packed the same way on any device)."""
+    from fastrl.rollout.refit_transport import pack_flat
+
+    bucket = [("a.weight", torch.arange(6, dtype=torch.float32).reshape(2, 3)),
+              ("a.bias", torch.tensor([1.5, -2.0], dtype=torch.bfloat16)),
+              ("b.weight", torch.arange(12, dtype=torch.float32).reshape(3, 4).t())]  # not contiguous
+    buffer, entries = pack_flat(bucket)
+    assert buffer.dtype == torch.uint8 and buffer.numel() == 24 + 4 + 48
+    assert [(e[0], e[1], e[2], e[3], e[4]) for e in entries] == [
+        ("a.weight", "float32", (2, 3), 0, 24), ("a.bias", "bfloat16", (2,), 24, 4), ("b.weight", "float32", (4, 3), 28, 48)]
+    for (name, dtype, shape, offset, nbytes), (_, t) in zip(entries, bucket):
+        view = buffer[offset : offset + nbytes].view(getattr(torch, dtype)).reshape(shape)
+        assert torch.equal(view, t), name

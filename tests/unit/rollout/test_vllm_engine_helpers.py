@@ -8,7 +8,8 @@ import sys
 import pytest
 import torch
 
-from fastrl.rollout.vllm_engine import _buckets, weight_group
+from fastrl.rollout.vllm_engine import group_buckets as _buckets
+from fastrl.rollout.vllm_engine import weight_group
 
 
 def test_importing_fastrl_and_the_vllm_engine_module_does_not_import_vllm():
