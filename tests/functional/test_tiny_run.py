@@ -28,7 +28,9 @@ def test_tiny_fastrl_run_metrics_within_thresholds(tmp_path):
             assert r[f"time/{phase}"] >= 0.0
         assert r["mismatch/abs_diff_max"] <= THRESHOLDS["max_abs_logprob_mismatch"]
         assert THRESHOLDS["min_prune_kept_fraction"] <= r["prune/kept_fraction"] <= THRESHOLDS["max_prune_kept_fraction"]
-        assert r["prune/num_kept"] % 8 == 0  # refilled to the mini-batch geometry: 2 prompts x n=4
+        # the free geometry (default) trains on what MDAP's Phase 1 kept: no refill, nothing dropped
+        assert r["prune/num_kept"] == r["prune/phase1_kept"] and r["prune/num_refilled"] == 0
+        assert r["prune/dropped_for_geometry"] == 0 and r["actor/updates"] == 2  # 4 prompts / 2 per mini-batch
         assert r["actor/grad_norm"] <= THRESHOLDS["max_grad_norm"]
         assert r["rollout/n"] == 4
         assert 0.0 <= r["accuracy/mean"] <= 1.0
