@@ -71,6 +71,14 @@ class RunConfig:
             f"rollout.prompts_per_step ({self.rollout.prompts_per_step}) must be divisible by "
             f"trainer.mini_batch_prompts ({mb})",
         )
+        if self.trainer.micro_batch_tokens > 0:  # a token budget needs unequal micro-batches
+            _check(
+                self.pruning.refill_to == "free" and self.parallel.pipeline_model_parallel_size == 1,
+                f"trainer.micro_batch_tokens={self.trainer.micro_batch_tokens} needs pruning.refill_to=free and "
+                f"parallel.pipeline_model_parallel_size=1 (got {self.pruning.refill_to!r} and "
+                f"{self.parallel.pipeline_model_parallel_size}): micro-batches are cut by parallel.micro_batch_size "
+                "rows otherwise; set trainer.micro_batch_tokens=0",
+            )
         # The launcher's world size is checked again at start-up (Trainer); without
         # parallel.world_size the smallest one (TP x PP processes, dp_size 1) is checked here: a
         # micro-batch that does not divide the mini-batch there divides it at no world size.

@@ -182,8 +182,8 @@ class TrainerConfig:
         "each rank's update share is cut into consecutive micro-batches of at most this many real "
         "tokens (prompt + response; a longer rollout gets its own). 0: micro-batches of "
         "parallel.micro_batch_size rollouts (the last may be shorter). The loss is normalized by "
-        "the global token count, so the gradient does not depend on the cut. Ignored with pipeline "
-        "parallelism (equal micro-batches).",
+        "the global token count, so the gradient does not depend on the cut. Refused with pipeline "
+        "parallelism or pruning.refill_to=mini_batch (both need equal micro-batches).",
     )
     val_every: int = doc(20, "Validate every K steps (0: only at the end).")
     val_before_train: bool = doc(True, "Validate the starting policy.")

@@ -163,6 +163,11 @@ _HOLES = [
     ("easyvqa_tiny_fastrl_grpo_cpu", ["stage.max_steps=0"], "stage.max_steps must be >= 1 or none, got 0"),
     ("easyvqa_tiny_fastrl_grpo_cpu", ["warm_start.batch_size=0"], "warm_start.batch_size must be >= 1, got 0"),
     ("easyvqa_tiny_fastrl_grpo_cpu", ["data.max_train_samples=0"], "data.max_train_samples must be >= 1 or none, got 0"),
+    ("easyvqa_tiny_fastrl_refill_grpo_cpu", ["trainer.micro_batch_tokens=512"],
+     "trainer.micro_batch_tokens=512 needs pruning.refill_to=free and parallel.pipeline_model_parallel_size=1 "
+     "(got 'mini_batch' and 1)"),
+    ("easyvqa_tiny_fastrl_grpo_cpu", ["trainer.micro_batch_tokens=512", "parallel.pipeline_model_parallel_size=2"],
+     "(got 'free' and 2)"),
 ]
 
 
