@@ -81,7 +81,7 @@ def prepare_policy_dir(cfg: RunConfig, *, rank: int, train: Sequence[Record]) ->
         out, metrics = run_warm_start(
             base, cache_dir(cfg) / "warm_start", train, cfg.warm_start,
             template=d.template, image_size=d.prompt_image_size,
-            seed=cfg.trainer.seed, torch_threads=cfg.trainer.torch_threads,
+            seed=cfg.trainer.seed,
         )
     out = world.broadcast_object(out)
     return Path(out), dict(metrics)

@@ -94,6 +94,12 @@ def sft_target(record: Record, labels: ImageLabels | None) -> str:
     return f"<thinking> the image shows a {color} {shape} </thinking> \\boxed{{{record.answer}}}<|im_end|>"
 
 
+#: The warm start always trains with one torch thread, whatever ``trainer.torch_threads`` says: fp32
+#: sums differ between thread counts, and the cached weights (one per key, shared by every run on a
+#: machine) must not depend on which process happened to build them first.
+WARM_START_THREADS = 1
+
+
 def warm_start_key(base_model_dir: Path, cfg: WarmStartConfig, template: str, image_size: int, seed: int) -> str:
     """Cache key: base model stamp + warm-start settings + template + image size + seed."""
     stamp = ""
@@ -102,7 +108,7 @@ def warm_start_key(base_model_dir: Path, cfg: WarmStartConfig, template: str, im
             stamp = (base_model_dir / name).read_text()
             break
     blob = json.dumps(
-        {"base": stamp, "cfg": asdict(cfg), "template": template, "image_size": image_size, "seed": seed, "v": 1},
+        {"base": stamp, "cfg": asdict(cfg), "template": template, "image_size": image_size, "seed": seed, "v": 2},
         sort_keys=True,
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -142,7 +148,6 @@ def run_warm_start(
     template: str,
     image_size: int | None,
     seed: int,
-    torch_threads: int = 2,
 ) -> tuple[Path, dict[str, float]]:
     """Warm-start the model in ``base_model_dir``; return ``(model_dir, metrics)``.
 
@@ -167,7 +172,7 @@ def run_warm_start(
         return out, {**metrics, "warm_start/cached": 1.0}
 
     previous_threads = torch.get_num_threads()
-    torch.set_num_threads(torch_threads)
+    torch.set_num_threads(WARM_START_THREADS)
     start = time.perf_counter()
     generator = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
