@@ -73,7 +73,7 @@ class RunConfig:
         )
         if self.trainer.micro_batch_tokens > 0:  # a token budget needs unequal micro-batches
             _check(
-                self.pruning.refill_to == "free" and self.parallel.pipeline_model_parallel_size == 1,
+                not self.equal_micro_batches,
                 f"trainer.micro_batch_tokens={self.trainer.micro_batch_tokens} needs pruning.refill_to=free and "
                 f"parallel.pipeline_model_parallel_size=1 (got {self.pruning.refill_to!r} and "
                 f"{self.parallel.pipeline_model_parallel_size}): micro-batches are cut by parallel.micro_batch_size "
@@ -120,6 +120,13 @@ class RunConfig:
         )
 
     # ---- derived settings the trainer documents in its log ----------------------------------
+
+    @property
+    def equal_micro_batches(self) -> bool:
+        """Whether every micro-batch must hold ``parallel.micro_batch_size`` rollouts: always in the
+        mini-batch geometry (``pruning.refill_to='mini_batch'``), and with pipeline parallelism
+        (fixed activation shapes between stages)."""
+        return self.pruning.refill_to != "free" or self.parallel.pipeline_model_parallel_size > 1
 
     @property
     def run_dir(self) -> Path:

@@ -46,9 +46,9 @@ def free_geometry(cfg: RunConfig) -> bool:
 
 
 def equal_micro_batches(cfg: RunConfig) -> bool:
-    """Whether every micro-batch must hold ``parallel.micro_batch_size`` rollouts: always in the
-    mini-batch geometry, and with pipeline parallelism (fixed activation shapes between stages)."""
-    return not free_geometry(cfg) or cfg.parallel.pipeline_model_parallel_size > 1
+    """Whether every micro-batch must hold ``parallel.micro_batch_size`` rollouts
+    (:attr:`RunConfig.equal_micro_batches`: the mini-batch geometry, or pipeline parallelism)."""
+    return cfg.equal_micro_batches
 
 
 def kept_multiple(cfg: RunConfig, dp_size: int) -> int:
