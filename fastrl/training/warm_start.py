@@ -18,11 +18,15 @@ tells both colour and shape of that image; yes/no questions tell presence).
 
 The result is cached under ``<cache>/warm_start/<key>`` where the key hashes the base model's
 settings, the warm-start section, the template and the seed; a directory is used only when its
-stamp file (written last) exists.
+stamp file (written last) exists. Processes that need the same key at once (parallel test workers,
+several jobs sharing a cache) build it once: the first holds an exclusive lock on
+``<cache>/warm_start/.<key>.lock`` while it trains, the others wait on it and then reuse the result.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import logging
@@ -30,7 +34,7 @@ import re
 import shutil
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -157,19 +161,41 @@ def run_warm_start(
     Raises:
         ValueError: no training records.
     """
-    from transformers import AutoConfig, Qwen2_5_VLForConditionalGeneration
-
-    from fastrl.models.tiny import load_processor
-
     if not train_records:
         raise ValueError("the warm start needs training records")
     base_model_dir = Path(base_model_dir)
     key = warm_start_key(base_model_dir, cfg, template, image_size or 0, seed)
     out = Path(out_root) / key
-    if cfg.cache and (out / _STAMP).exists():
-        metrics = json.loads((out / _STAMP).read_text())["metrics"]
-        logger.info("warm start: reusing %s", out)
-        return out, {**metrics, "warm_start/cached": 1.0}
+    with _exclusive(Path(out_root) / f".{key}.lock"):
+        if cfg.cache and (out / _STAMP).exists():
+            metrics = json.loads((out / _STAMP).read_text())["metrics"]
+            logger.info("warm start: reusing %s", out)
+            return out, {**metrics, "warm_start/cached": 1.0}
+        metrics = _train_and_save(base_model_dir, out, key, train_records, cfg, template=template,
+                                  image_size=image_size, seed=seed)
+    return out, metrics
+
+
+@contextlib.contextmanager
+def _exclusive(lock_path: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``lock_path`` (created if missing) for the block."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _train_and_save(
+    base_model_dir: Path, out: Path, key: str, train_records: Sequence[Record], cfg: WarmStartConfig,
+    *, template: str, image_size: int | None, seed: int,
+) -> dict[str, float]:
+    """Train the warm start (module docstring) and write it to ``out``; returns its metrics."""
+    from transformers import AutoConfig, Qwen2_5_VLForConditionalGeneration
+
+    from fastrl.models.tiny import load_processor
 
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(WARM_START_THREADS)
@@ -251,4 +277,4 @@ def run_warm_start(
         shutil.rmtree(out)
     tmp.rename(out)
     logger.info("warm start: %.1f s, written to %s", metrics["warm_start/seconds"], out)
-    return out, metrics
+    return metrics
