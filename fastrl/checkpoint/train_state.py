@@ -35,6 +35,9 @@ class TrainState:
             (:func:`fastrl.checkpoint.config_diff.records_fingerprint`); saved, and compared at
             resume so that another data file is detected. Like ``total_steps``, the run's own value
             is kept on load.
+        reward_health: the invalid-reward counts (:class:`fastrl.training.reward_health.RewardHealth`),
+            or None; saved when given. A checkpoint written before they were saved loads with the
+            counts as they are (zero at the start of a process).
     """
 
     sampler: Stateful
@@ -47,6 +50,7 @@ class TrainState:
     train_seconds: float = 0.0
     epochs_completed: int = 0
     data_fingerprint: str | None = None
+    reward_health: Stateful | None = None
 
     def state_dict(self) -> dict[str, Any]:
         """The saved part, as stored in ``train_state.pt`` (plus what the checkpoint writer adds)."""
@@ -60,6 +64,7 @@ class TrainState:
             "train_seconds": self.train_seconds,
             "total_steps": self.total_steps,
             "data_fingerprint": self.data_fingerprint,
+            **({"reward_health": self.reward_health.state_dict()} if self.reward_health is not None else {}),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -70,3 +75,5 @@ class TrainState:
         self.scheduler.load_state_dict(state["scheduler"])
         self.best_val, self.best_step = state["best_val"], state["best_step"]
         self.train_seconds = float(state["train_seconds"])
+        if self.reward_health is not None and "reward_health" in state:
+            self.reward_health.load_state_dict(state["reward_health"])

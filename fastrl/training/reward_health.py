@@ -12,11 +12,14 @@ and closed with :meth:`RewardHealth.end_step`, which
   run, validation included);
 - raises :class:`RewardHealthError` (one line, naming the reward and the first error) when more
   than ``reward.max_invalid_fraction`` of the rewards were invalid for ``reward.max_invalid_steps``
-  consecutive steps, or when the run's last step ends (in a process that trained it from step 1)
-  and every step was over that fraction or every reward was invalid: a run that learned from
-  nothing never exits 0.
+  consecutive steps, or when the run's last step ends (with counts that go back to step 1:
+  trained in this process, or restored from a checkpoint that saved them) and every step was over
+  that fraction or every reward was invalid: a run that learned from nothing never exits 0.
 
-The decision is taken from DP-global counts, so every rank raises at the same step.
+The decision is taken from DP-global counts, so every rank raises at the same step. The counts
+(:meth:`RewardHealth.state_dict`) are saved in the checkpoint's ``train_state.pt``, so a resumed
+run (the next stage of a Slurm chain) continues the consecutive count and the whole-run check
+instead of starting them again.
 """
 
 from __future__ import annotations
@@ -68,6 +71,26 @@ class RewardHealth:
         self.run_scored = 0
         self.run_invalid = 0
 
+    #: The run-level counts a checkpoint saves (the per-step counts are zero at a step boundary).
+    _SAVED = ("consecutive_bad_steps", "first_step", "steps", "bad_steps", "run_scored", "run_invalid")
+
+    def state_dict(self) -> dict[str, int | None]:
+        """The run-level counts (DP-global, equal on every rank) at a step boundary."""
+        return {name: getattr(self, name) for name in self._SAVED}
+
+    def load_state_dict(self, state: dict[str, int | None]) -> None:
+        """Restore :meth:`state_dict`.
+
+        Raises:
+            KeyError: a count is missing from ``state`` (names it).
+        """
+        missing = [name for name in self._SAVED if name not in state]
+        if missing:
+            raise KeyError(f"reward health state lacks {', '.join(missing)}; saved keys: {sorted(state)}")
+        for name in self._SAVED:
+            value = state[name]
+            setattr(self, name, None if value is None else int(value))
+
     def observe(self, results: Sequence[RewardResult]) -> None:
         """Count one batch of grading results of the current step (remembering the first error of
         each kind for the stop message)."""
@@ -83,8 +106,9 @@ class RewardHealth:
         """Close step ``step`` (collective over DP): its metrics, or raise when grading keeps failing.
 
         Args:
-            final: this is the run's last step: when this process trained every step of the run
-                (it did not resume), the whole-run check applies.
+            final: this is the run's last step: when the counts cover every step of the run
+                (trained here from step 1, or restored with :meth:`load_state_dict`), the
+                whole-run check applies.
 
         Raises:
             RewardHealthError: see the module docstring.

@@ -60,6 +60,7 @@ class Trainer:
             scheduler=self.parts.actor.scheduler,
             total_steps=total_steps(config, len(records)),
             data_fingerprint=records_fingerprint((r.question_id, r.problem, r.answer) for r in records),
+            reward_health=self.parts.reward_health,
         )
 
     def fit(self) -> dict[str, Any]:

@@ -118,3 +118,56 @@ def test_counts_are_dp_global():
     health.observe([OK, OK])
     with pytest.raises(RewardHealthError, match="step 1: 10 of 12 rewards invalid.*none seen on this rank"):
         health.end_step(1)
+
+
+def test_counts_survive_a_checkpoint_so_a_resumed_stage_continues_them():
+    health = _health(max_invalid_fraction=0.5, max_invalid_steps=3)
+    for step in (1, 2):
+        health.observe([BOOM, BOOM, OK])
+        health.end_step(step)
+    saved = health.state_dict()
+    assert saved == {"consecutive_bad_steps": 2, "first_step": 1, "steps": 2, "bad_steps": 2,
+                     "run_scored": 6, "run_invalid": 4}
+    resumed = _health(max_invalid_fraction=0.5, max_invalid_steps=3)
+    resumed.load_state_dict(saved)
+    resumed.observe([BOOM, BOOM])
+    with pytest.raises(RewardHealthError, match="3 consecutive steps"):  # not 1: the count went on
+        resumed.end_step(3)
+    whole = _health(max_invalid_steps=5)
+    whole.observe([BOOM])
+    whole.end_step(1)
+    again = _health(max_invalid_steps=5)
+    again.load_state_dict(whole.state_dict())
+    again.observe([BOOM])
+    with pytest.raises(RewardHealthError, match="all 2 rewards of its 2 step"):  # whole-run check across the resume
+        again.end_step(2, final=True)
+    with pytest.raises(KeyError, match="lacks run_invalid"):
+        again.load_state_dict({k: v for k, v in saved.items() if k != "run_invalid"})
+
+
+def test_train_state_saves_the_counts_and_loads_checkpoints_without_them():
+    from fastrl.checkpoint.train_state import TrainState
+
+    class Plain:
+        def __init__(self):
+            self.value = 0
+
+        def state_dict(self):
+            return {"value": self.value}
+
+        def load_state_dict(self, state):
+            self.value = state["value"]
+
+    health = _health(max_invalid_steps=9)
+    health.observe([BOOM, OK, OK])
+    health.end_step(1)
+    state = TrainState(sampler=Plain(), ars=Plain(), scheduler=Plain(), total_steps=10, step=1, reward_health=health)
+    saved = state.state_dict()
+    assert saved["reward_health"]["run_invalid"] == 1
+    fresh = _health(max_invalid_steps=9)
+    TrainState(sampler=Plain(), ars=Plain(), scheduler=Plain(), total_steps=10, reward_health=fresh).load_state_dict(saved)
+    assert fresh.state_dict() == health.state_dict()
+    old = {k: v for k, v in saved.items() if k != "reward_health"}  # written before the counts were saved
+    untouched = _health(max_invalid_steps=9)
+    TrainState(sampler=Plain(), ars=Plain(), scheduler=Plain(), total_steps=10, reward_health=untouched).load_state_dict(old)
+    assert untouched.state_dict()["steps"] == 0
