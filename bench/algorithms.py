@@ -397,6 +397,20 @@ def select_entries(spec: str | None, *, quick: bool = False) -> list[Entry]:
     return [e for e in FAMILY if e in out]  # the family's order
 
 
+def finished_runs(out: Path, seeds: list[int], entries: list[Entry]) -> list[tuple[int, str, Path]]:
+    """``(seed, label, run_dir)`` of the finished runs (``FINISHED`` written) under ``out``; a run
+    directory still training or interrupted is left out of the tables, with a note."""
+    found = []
+    for seed in seeds:
+        for e in entries:
+            run_dir = out / f"seed{seed}" / e.recipe
+            if (run_dir / "FINISHED").exists():
+                found.append((seed, e.label, run_dir))
+            elif (run_dir / "metrics.jsonl").exists():
+                print(f"algorithms: note: {run_dir} is not finished (no FINISHED); left out of the tables", flush=True)
+    return found
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="tiny model and few steps (the CI smoke run)")
@@ -449,11 +463,8 @@ def main(argv: list[str] | None = None) -> int:
                     processes[f"seed{seed}/{e.label}"] = info["process_seconds"]
                     loads[f"seed{seed}/{e.label}"] = info["load_average_5min"]
     per_seed: dict[int, dict[str, dict]] = {}
-    for seed in seeds:
-        for e in entries:
-            run_dir = out / f"seed{seed}" / e.recipe
-            if (run_dir / "metrics.jsonl").exists():
-                per_seed.setdefault(seed, {})[e.label] = measure_run(run_dir, skip_steps=args.skip_steps)
+    for seed, label, run_dir in finished_runs(out, seeds, entries):
+        per_seed.setdefault(seed, {})[label] = measure_run(run_dir, skip_steps=args.skip_steps)
     if not per_seed:
         raise SystemExit(f"algorithms: no run found under {out}")
     rows = aggregate(entries, per_seed)

@@ -9,7 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from bench.algorithms import BY_LABEL, FAMILY, QUICK_FAMILY, aggregate, markdown_table, run_recipe, select_entries
+from bench.algorithms import (
+    BY_LABEL,
+    FAMILY,
+    QUICK_FAMILY,
+    aggregate,
+    finished_runs,
+    markdown_table,
+    run_recipe,
+    select_entries,
+)
 from recipes.registry import get_recipe
 
 REPO = Path(__file__).resolve().parents[2]
@@ -62,6 +71,21 @@ def test_a_run_directory_with_other_settings_is_refused(tmp_path):
     (tmp_path / f"{entry.recipe}.args.json").write_text(json.dumps(["--recipe", entry.recipe, "trainer.max_steps=3"]))
     with pytest.raises(SystemExit, match="holds a run with other settings"):
         run_recipe(entry, tmp_path, ["trainer.max_steps=5"], threads=1, timeout=10)
+
+
+def test_only_finished_runs_reach_the_tables(tmp_path, capsys):
+    grpo, fast, gspo = BY_LABEL["grpo"], BY_LABEL["fastrl_grpo"], BY_LABEL["gspo"]
+    for seed, entry, finished in ((1, grpo, True), (1, fast, False), (2, grpo, True), (2, gspo, False)):
+        run_dir = tmp_path / f"seed{seed}" / entry.recipe
+        run_dir.mkdir(parents=True)
+        (run_dir / "metrics.jsonl").write_text('{"kind": "train", "step": 1}\n')
+        if finished:
+            (run_dir / "FINISHED").write_text('{"step": 120}')
+    found = finished_runs(tmp_path, [1, 2, 3], [grpo, fast, gspo])
+    assert found == [(1, "grpo", tmp_path / "seed1" / grpo.recipe), (2, "grpo", tmp_path / "seed2" / grpo.recipe)]
+    notes = capsys.readouterr().out
+    assert f"{tmp_path / 'seed1' / fast.recipe} is not finished" in notes
+    assert f"{tmp_path / 'seed2' / gspo.recipe} is not finished" in notes
 
 
 @pytest.mark.functional
