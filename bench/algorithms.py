@@ -227,11 +227,11 @@ def _cell(row: dict, key: str, fmt: str, scale: float = 1.0, suffix: str = "") -
 
 
 def markdown_table(rows: list[dict]) -> str:
-    head = ["recipe", "train time (s)", "speedup", *[f"{p} (s/step)" for p in PHASES], "val start (%)",
+    head = ["recipe", "seeds", "train time (s)", "speedup", *[f"{p} (s/step)" for p in PHASES], "val start (%)",
             "val final (%)", "val best (%)", "kept fraction", "mean n"]
     lines = ["| " + " | ".join(head) + " |", "| --- |" + " ---: |" * (len(head) - 1)]
     for r in rows:
-        cells = [r["title"], _cell(r, "train_time_s", ".1f"), _cell(r, "speedup", ".2f", suffix="x"),
+        cells = [r["title"], str(r["seeds"]), _cell(r, "train_time_s", ".1f"), _cell(r, "speedup", ".2f", suffix="x"),
                  *[_cell(r, f"time/{p}", ".3f") for p in PHASES], _cell(r, "val_start", ".1f", 100),
                  _cell(r, "val_final", ".1f", 100), _cell(r, "val_best", ".1f", 100), _cell(r, "kept_fraction", ".3f"),
                  _cell(r, "mean_n", ".2f")]
@@ -239,7 +239,31 @@ def markdown_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def write_tables(out: Path, rows: list[dict], meta: dict) -> list[Path]:
+def per_seed_table(entries: list[Entry], per_seed: dict[int, dict[str, dict]]) -> str:
+    """Markdown: per recipe and seed, the final validation accuracy (%) and the speedup over the
+    base run of the same seed (``-`` where that seed did not run; no speedup without its base)."""
+    seeds = sorted(per_seed)
+    lines = ["| recipe | " + " | ".join(f"seed {s}: val final (%), speedup" for s in seeds) + " |",
+             "| --- |" + " ---: |" * len(seeds)]
+    for e in entries:
+        if not any(e.label in per_seed[s] for s in seeds):
+            continue
+        cells = []
+        for s in seeds:
+            run = per_seed[s].get(e.label)
+            base = per_seed[s].get(e.base or e.label)
+            if run is None:
+                cells.append("-")
+                continue
+            cell = f"{100 * run['val_final']:.2f}" if "val_final" in run else "-"
+            if base is not None:
+                cell += f", {base['train_time_s'] / run['train_time_s']:.2f}x"
+            cells.append(cell)
+        lines.append(f"| {e.title} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def write_tables(out: Path, rows: list[dict], meta: dict, seeds_md: str = "") -> list[Path]:
     md = out / "algorithms.md"
     md.write_text(
         f"# Algorithms on CPU ({meta['mode']} mode)\n\n"
@@ -247,7 +271,8 @@ def write_tables(out: Path, rows: list[dict], meta: dict) -> list[Path]:
         f"Train time = sum over the steps after the first {meta['skip_steps']} (warm-up) of the phases below "
         "(validation, checkpoints and start-up excluded); "
         "speedup = train time of the base algorithm / train time of the recipe, per seed, then averaged; "
-        "± is the standard deviation over seeds.\n\n" + markdown_table(rows) + "\n" + _load_note(meta)
+        "± is the standard deviation over seeds; `seeds`: how many seeds the row has.\n\n" + markdown_table(rows) + "\n"
+        + (f"\nPer seed:\n\n{seeds_md}\n" if seeds_md else "") + _load_note(meta)
     )
     rows = [{k: None if isinstance(v, float) and math.isnan(v) else v for k, v in r.items()} for r in rows]
     csv_path = out / "algorithms.csv"
@@ -472,7 +497,7 @@ def main(argv: list[str] | None = None) -> int:
             "overrides": [*(QUICK if args.quick else []), *args.overrides], "skip_steps": args.skip_steps, "process_seconds": processes,
             "load_average_5min": loads,
             "bench_seconds": time.perf_counter() - start}
-    written = write_tables(out, rows, meta)
+    written = write_tables(out, rows, meta, per_seed_table(entries, per_seed))
     written.append(write_cost_check(out, entries, per_seed))
     written += write_plots(out, entries, per_seed, rows)
     print(markdown_table(rows))

@@ -16,6 +16,7 @@ from bench.algorithms import (
     aggregate,
     finished_runs,
     markdown_table,
+    per_seed_table,
     run_recipe,
     select_entries,
 )
@@ -43,14 +44,18 @@ def test_aggregate_speedup_per_seed_then_mean_and_spread():
     assert fast["kept_fraction"] == pytest.approx(0.6)
     assert fast["seeds"] == 2
     table = markdown_table([base, fast])
-    assert "| GRPO + FastRL (MDAP + ARS) | 45.0 ± 7.1 | 2.50x ± 0.71x |" in table
+    assert "| GRPO + FastRL (MDAP + ARS) | 2 | 45.0 ± 7.1 | 2.50x ± 0.71x |" in table
     assert "54.0 ± 2.8" in table  # val final in points
+    seeds = per_seed_table(entries, {**per_seed, 3: {"fastrl_grpo": _run(30.0, 0.6)}}).splitlines()
+    assert seeds[0] == "| recipe | seed 1: val final (%), speedup | seed 2: val final (%), speedup | seed 3: val final (%), speedup |"
+    assert seeds[2] == "| GRPO | 50.00, 1.00x | 54.00, 1.00x | - |"
+    assert seeds[3] == "| GRPO + FastRL (MDAP + ARS) | 52.00, 2.00x | 56.00, 3.00x | 60.00 |"  # no base run on seed 3
 
 
 def test_missing_base_leaves_the_speedup_empty():
     (row,) = aggregate([BY_LABEL["fastrl_dapo"]], {1: {"fastrl_dapo": _run(10.0, 0.3)}})
     assert row["seeds"] == 1
-    assert "| DAPO + FastRL | 10.0 | - |" in markdown_table([row])
+    assert "| DAPO + FastRL | 1 | 10.0 | - |" in markdown_table([row])
 
 
 def test_select_entries_keeps_the_family_order_and_rejects_unknown_names():
