@@ -13,8 +13,9 @@ ARGS ?=
 RUN_FLAGS ?=
 PYTEST_ARGS ?=
 # Two pytest-xdist workers (the machines have 2 cores; most tests run one torch thread), each test
-# file on one worker so that module and session fixtures are built once per file; `make test
-# TEST_WORKERS=0` runs in one process. The 25 slowest tests are listed at the end.
+# file on one worker so that module and session fixtures are built once per file; files are taken
+# in collection order, the `long` ones first (tests/conftest.py); `make test TEST_WORKERS=0` runs
+# in one process. The 25 slowest tests are listed at the end.
 TEST_WORKERS ?= 2
 export OMP_NUM_THREADS ?= 2
 export TOKENIZERS_PARALLELISM := false
@@ -25,7 +26,7 @@ run: setup
 	$(PY) -m fastrl.train --recipe $(RECIPE) $(RUN_FLAGS) $(ARGS)
 
 test: setup vllm-venv lint
-	@$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=25 $(PYTEST_ARGS); rc=$$?; \
+	@$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25 $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; that is a failure" >&2; exit 1; fi; \
 	exit $$rc
 

@@ -94,6 +94,7 @@ def test_only_finished_runs_reach_the_tables(tmp_path, capsys):
 
 
 @pytest.mark.functional
+@pytest.mark.long(240)
 @pytest.mark.timeout(1200)
 def test_quick_mode_writes_the_table_and_plots(tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1")

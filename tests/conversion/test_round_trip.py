@@ -14,7 +14,7 @@ from conftest import check, run_tool
 from conversion_workers import round_trip_worker
 from launcher import run_distributed
 
-pytestmark = pytest.mark.distributed
+pytestmark = [pytest.mark.distributed, pytest.mark.long(120)]
 
 
 def read_weights(hf_dir: Path) -> dict[str, torch.Tensor]:

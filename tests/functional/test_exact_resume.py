@@ -5,7 +5,7 @@ import torch
 
 from tests.functional.conftest import read_jsonl, run_train
 
-pytestmark = pytest.mark.functional
+pytestmark = [pytest.mark.functional, pytest.mark.long(80)]
 
 # Metrics that measure time (or depend on it) legitimately differ between runs.
 _TIMING = ("time/", "rollout/time_s", "rollout/tokens_per_s", "prune/time_s", "val/time_s", "wall_time")

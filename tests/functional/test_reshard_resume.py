@@ -17,7 +17,7 @@ import torch
 
 from tests.functional.conftest import REPO, TINY, read_jsonl, run_train
 
-pytestmark = [pytest.mark.functional, pytest.mark.distributed]
+pytestmark = [pytest.mark.functional, pytest.mark.distributed, pytest.mark.long(160)]
 
 RECIPE = "easyvqa_tiny_fastrl_grpo_cpu"
 COMMON = ["trainer.max_steps=3"]

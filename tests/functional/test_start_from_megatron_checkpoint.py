@@ -8,7 +8,7 @@ import pytest
 from fastrl.config import ModelConfig
 from tests.functional.conftest import REPO, TINY, read_jsonl, run_train
 
-pytestmark = pytest.mark.functional
+pytestmark = [pytest.mark.functional, pytest.mark.long(60)]
 
 SMALL = dict(
     tiny_hidden_size=64, tiny_num_layers=2, tiny_intermediate_size=128, tiny_vision_hidden_size=32, tiny_vision_depth=1

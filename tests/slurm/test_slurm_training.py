@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.long(150)]
 
 REPO = Path(__file__).resolve().parents[2]
 SUBMIT = str(REPO / "slurm" / "submit.sh")

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.long(150)]
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = "qwen2_tiny_text_fastrl_grpo_vllm_cpu"
