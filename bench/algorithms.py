@@ -231,6 +231,8 @@ def markdown_table(rows: list[dict]) -> str:
             "val final (%)", "val best (%)", "kept fraction", "mean n"]
     lines = ["| " + " | ".join(head) + " |", "| --- |" + " ---: |" * (len(head) - 1)]
     for r in rows:
+        if not r["seeds"]:
+            continue  # not run yet
         cells = [r["title"], str(r["seeds"]), _cell(r, "train_time_s", ".1f"), _cell(r, "speedup", ".2f", suffix="x"),
                  *[_cell(r, f"time/{p}", ".3f") for p in PHASES], _cell(r, "val_start", ".1f", 100),
                  _cell(r, "val_final", ".1f", 100), _cell(r, "val_best", ".1f", 100), _cell(r, "kept_fraction", ".3f"),
