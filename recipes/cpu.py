@@ -215,10 +215,25 @@ def easyvqa_tiny_fastrl_unbiased_grpo_cpu() -> RunConfig:
     return replace(base, pruning=replace(base.pruning, method="fastrl_unbiased"))
 
 
+def _multi_epoch(config: RunConfig) -> RunConfig:
+    """640 training questions x 6 epochs (the same 120 steps of 32 prompts): every prompt is drawn
+    six times, so a selector that learns from a prompt's own history (GRESO) has one to learn from."""
+    return replace(
+        config, data=replace(config.data, max_train_samples=640), trainer=replace(config.trainer, epochs=6)
+    )
+
+
+@register()
+def easyvqa_tiny_grpo_6ep_cpu() -> RunConfig:
+    """GRPO on 640 questions x 6 epochs: the baseline of the GRESO-style row (same steps and prompts per step)."""
+    return _multi_epoch(_tiny_base("easyvqa_tiny_grpo_6ep_cpu"))
+
+
 @register()
 def easyvqa_tiny_greso_grpo_cpu() -> RunConfig:
-    """GRPO + GRESO-style pre-rollout prompt skipping (zero-variance history; saves generation)."""
-    return _method("easyvqa_tiny_greso_grpo_cpu", "greso")
+    """GRPO + GRESO-style pre-rollout prompt skipping (zero-variance history; saves generation), on
+    640 questions x 6 epochs: on the one-epoch recipes no prompt is drawn twice, so nothing is skipped."""
+    return _multi_epoch(_method("easyvqa_tiny_greso_grpo_cpu", "greso"))
 
 
 @register()
