@@ -61,7 +61,7 @@ def test_missing_base_leaves_the_speedup_empty():
 def test_select_entries_keeps_the_family_order_and_rejects_unknown_names():
     assert [e.label for e in select_entries("fastrl_grpo,grpo")] == ["grpo", "fastrl_grpo"]
     assert [e.label for e in select_entries("easyvqa_tiny_gspo_cpu")] == ["gspo"]
-    assert len(select_entries(None)) == len(FAMILY) == 16
+    assert len(select_entries(None)) == len(FAMILY) == 17
     assert [e.label for e in select_entries(None, quick=True)] == [e.label for e in QUICK_FAMILY]
     assert len(QUICK_FAMILY) == 8
     for e in FAMILY:  # every row names a registered recipe

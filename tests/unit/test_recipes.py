@@ -106,3 +106,16 @@ def test_gpu_recipes_refuse_to_run_without_a_gpu():
         assert get_recipe(name).parallel.backend == "nccl", name
     with pytest.raises(RuntimeError, match="no GPU"):
         resolve_backend(get_recipe(gpu[0]).parallel.backend)
+
+
+def test_greso_recipe_redraws_every_prompt_and_its_baseline_differs_only_in_method():
+    greso, base = get_recipe("easyvqa_tiny_greso_grpo_cpu"), get_recipe("easyvqa_tiny_grpo_6ep_cpu")
+    assert greso.pruning.method == "greso" and base.pruning.method == "none"
+    assert greso.data.max_train_samples == 640 and greso.trainer.epochs == 6
+    # 120 steps x 32 prompts = 6 passes over 640 questions: every prompt has a history to skip on
+    steps, prompts = greso.trainer.max_steps, greso.rollout.prompts_per_step
+    assert steps * prompts == greso.data.max_train_samples * greso.trainer.epochs == 3840
+    a, b = greso.to_dict(), base.to_dict()
+    differing = {k for k in a if a[k] != b[k]}
+    assert differing == {"recipe", "pruning"}
+    assert {k for k in a["pruning"] if a["pruning"][k] != b["pruning"][k]} == {"method"}
