@@ -70,8 +70,9 @@ class Entry:
 
 FAMILY = (
     Entry("grpo", "easyvqa_tiny_grpo_cpu", None, "GRPO"),
-    Entry("fastrl_mdap_grpo", "easyvqa_tiny_fastrl_mdap_grpo_cpu", "grpo", "GRPO + FastRL (MDAP)"),
-    Entry("fastrl_grpo", "easyvqa_tiny_fastrl_grpo_cpu", "grpo", "GRPO + FastRL (MDAP + ARS)"),
+    Entry("fastrl_mdap_grpo", "easyvqa_tiny_fastrl_mdap_grpo_cpu", "grpo", "GRPO + MDAP (published, no ARS)"),
+    Entry("fastrl_grpo", "easyvqa_tiny_fastrl_grpo_cpu", "grpo", "GRPO + FastRL (weighted MDAP + ARS)"),
+    Entry("fastrl_paper_grpo", "easyvqa_tiny_fastrl_paper_grpo_cpu", "grpo", "GRPO + FastRL as published (MDAP + ARS)", quick=False),
     Entry("cppo_grpo", "easyvqa_tiny_cppo_grpo_cpu", "grpo", "GRPO + CPPO"),
     Entry("dapo", "easyvqa_tiny_dapo_cpu", None, "DAPO"),
     Entry("fastrl_dapo", "easyvqa_tiny_fastrl_dapo_cpu", "dapo", "DAPO + FastRL"),
@@ -83,7 +84,6 @@ FAMILY = (
     Entry("pods_grpo", "easyvqa_tiny_pods_grpo_cpu", "grpo", "GRPO + PODS", quick=False),
     Entry("random_grpo", "easyvqa_tiny_random_grpo_cpu", "grpo", "GRPO + random 50%", quick=False),
     Entry("zeroadv_grpo", "easyvqa_tiny_zeroadv_grpo_cpu", "grpo", "GRPO + zero-advantage skip", quick=False),
-    Entry("fastrl_unbiased_grpo", "easyvqa_tiny_fastrl_unbiased_grpo_cpu", "grpo", "GRPO + unbiased MDAP (+ ARS)", quick=False),
     # GRESO skips a prompt from its own history: it and its GRPO baseline train 640 questions x 6 epochs
     Entry("grpo_6ep", "easyvqa_tiny_grpo_6ep_cpu", None, "GRPO (640 questions x 6 epochs)", quick=False),
     Entry("greso_grpo", "easyvqa_tiny_greso_grpo_cpu", "grpo_6ep", "GRPO + GRESO-style skip (6 epochs)", quick=False),
@@ -312,7 +312,7 @@ COST_PRIORS: dict[str, tuple[float, float]] = {
     # the free geometry (the default) keeps what MDAP chose; the paper's refill geometry
     # (pruning.refill_to=mini_batch) refills MDAP's ~0.25 to the mini-batch multiple, 0.5 here
     "fastrl_mdap_grpo": (0.25, 1.0), "fastrl_grpo": (0.25, 1.0), "fastrl_dapo": (0.25, 1.0),
-    "fastrl_gspo": (0.25, 1.0), "fastrl_unbiased_grpo": (0.25, 1.0), "fastrl_unbiased_gspo": (0.25, 1.0),
+    "fastrl_gspo": (0.25, 1.0), "fastrl_paper_grpo": (0.25, 1.0), "fastrl_unbiased_gspo": (0.25, 1.0),
     "fastrl_refill_grpo": (0.5, 1.0),
     "cppo_grpo": (0.5, 1.0), "random_grpo": (0.5, 1.0), "pods_grpo": (0.5, 1.0),
     "ars_grpo": (1.0, 1.0), "greso_grpo": (1.0, 1.0),
@@ -446,8 +446,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--recipes", help="comma-separated subset, e.g. grpo,fastrl_grpo (default: every row; "
                    "--quick: the eight base and FastRL rows)")
     p.add_argument("--peer-seeds", type=int, default=1,
-                   help="seeds of the peer rows (ARS only, paper refill, PODS, random, zero-advantage, unbiased "
-                        "MDAP, GRESO): 1..N, at most --seeds (default 1; the base/FastRL pairs run every seed)")
+                   help="seeds of the peer rows (FastRL as published, ARS only, paper refill, PODS, random, zero-advantage, "
+                        "GRESO, GSPO + unbiased MDAP): 1..N, at most --seeds (default 1; the base/FastRL pairs run every seed)")
     p.add_argument("--steps", type=int, help=f"training steps per run (default: the recipes' own; {QUICK_STEPS} with --quick)")
     p.add_argument("--seeds", type=int, default=1, help="seeds 1..N per recipe (mean and spread over seeds)")
     p.add_argument("--out", type=Path, help="output directory (default runs/bench_algorithms[_quick])")

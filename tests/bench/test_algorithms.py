@@ -44,12 +44,12 @@ def test_aggregate_speedup_per_seed_then_mean_and_spread():
     assert fast["kept_fraction"] == pytest.approx(0.6)
     assert fast["seeds"] == 2
     table = markdown_table([base, fast])
-    assert "| GRPO + FastRL (MDAP + ARS) | 2 | 45.0 ± 7.1 | 2.50x ± 0.71x |" in table
+    assert "| GRPO + FastRL (weighted MDAP + ARS) | 2 | 45.0 ± 7.1 | 2.50x ± 0.71x |" in table
     assert "54.0 ± 2.8" in table  # val final in points
     seeds = per_seed_table(entries, {**per_seed, 3: {"fastrl_grpo": _run(30.0, 0.6)}}).splitlines()
     assert seeds[0] == "| recipe | seed 1: val final (%), speedup | seed 2: val final (%), speedup | seed 3: val final (%), speedup |"
     assert seeds[2] == "| GRPO | 50.00, 1.00x | 54.00, 1.00x | - |"
-    assert seeds[3] == "| GRPO + FastRL (MDAP + ARS) | 52.00, 2.00x | 56.00, 3.00x | 60.00 |"  # no base run on seed 3
+    assert seeds[3] == "| GRPO + FastRL (weighted MDAP + ARS) | 52.00, 2.00x | 56.00, 3.00x | 60.00 |"  # no base run on seed 3
 
 
 def test_missing_base_leaves_the_speedup_empty():
@@ -110,6 +110,6 @@ def test_quick_mode_writes_the_table_and_plots(tmp_path):
         assert [r["label"] for r in csv.DictReader(f)] == [e.label for e in QUICK_FAMILY]
     rows = json.loads((tmp_path / "algorithms.json").read_text())["rows"]
     assert len(rows) == 8
-    assert "## GRPO + FastRL (MDAP + ARS)" in (tmp_path / "cost_model_check.md").read_text()
+    assert "## GRPO + FastRL (weighted MDAP + ARS)" in (tmp_path / "cost_model_check.md").read_text()
     for name in ("accuracy_vs_time.png", "time_breakdown.png", "ars_n.png"):
         assert (tmp_path / "plots" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -42,11 +42,19 @@ def test_recipe_builds_and_validates(name, monkeypatch):
 
 def test_default_recipe_is_fastrl_on_grpo_and_twin_differs_only_in_method():
     fast, base = get_recipe(DEFAULT_RECIPE), get_recipe("easyvqa_tiny_grpo_cpu")
-    assert fast.pruning.method == "fastrl" and fast.adaptive_sampling.enabled
+    assert fast.pruning.method == "fastrl_unbiased" and fast.adaptive_sampling.enabled
     assert base.pruning.method == "none" and not base.adaptive_sampling.enabled
     assert fast.model.source == "tiny" and fast.data.dataset == "easy_vqa"
     same = dataclasses.replace(fast, recipe=base.recipe, pruning=base.pruning, adaptive_sampling=base.adaptive_sampling)
     assert same == base
+
+
+def test_paper_recipe_differs_from_the_default_only_in_the_importance_weights():
+    fast, paper = get_recipe(DEFAULT_RECIPE), get_recipe("easyvqa_tiny_fastrl_paper_grpo_cpu")
+    assert paper.pruning.method == "fastrl" and paper.pruning.semantics == "reference"
+    assert paper.pruning.similarity_threshold == 0.2 and paper.adaptive_sampling.enabled
+    same = dataclasses.replace(paper, recipe=fast.recipe, pruning=dataclasses.replace(paper.pruning, method="fastrl_unbiased"))
+    assert same == fast
 
 
 def test_paper_hyperparameters():
