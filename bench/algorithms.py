@@ -24,6 +24,7 @@ Modes:
     python bench/algorithms.py --seeds 3 --peer-seeds 3   # the peer rows on three seeds as well
     python bench/algorithms.py --recipes grpo,fastrl_grpo --steps 20
     python bench/algorithms.py --report-only --out runs/bench_algorithms   # tables from finished runs
+    python bench/algorithms.py --report-only --target-accuracy 0.76        # + seconds to 76% per seed
 
 A run directory holding a finished run (``FINISHED``) is reused, so an interrupted full
 benchmark continues where it stopped (``--fresh`` deletes the run directories first); a
@@ -243,11 +244,20 @@ def markdown_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def per_seed_table(entries: list[Entry], per_seed: dict[int, dict[str, dict]]) -> str:
+def time_to_accuracy(val_curve: list[tuple[float, float]], target: float) -> float | None:
+    """Training seconds (the trainer's ``time/train_elapsed``, validation excluded) at the first
+    validation whose accuracy (a fraction in [0, 1]) is at or above ``target``; None if none is."""
+    return next((t for t, acc in val_curve if acc >= target), None)
+
+
+def per_seed_table(entries: list[Entry], per_seed: dict[int, dict[str, dict]], target: float | None = None) -> str:
     """Markdown: per recipe and seed, the final validation accuracy (%) and the speedup over the
-    base run of the same seed (``-`` where that seed did not run; no speedup without its base)."""
+    base run of the same seed (``-`` where that seed did not run; no speedup without its base);
+    with ``target`` (a fraction), also the training seconds to the first validation at or above
+    it (:func:`time_to_accuracy`; ``>= T%: -`` if no validation reached it)."""
     seeds = sorted(per_seed)
-    lines = ["| recipe | " + " | ".join(f"seed {s}: val final (%), speedup" for s in seeds) + " |",
+    what = "val final (%), speedup" + (f", s to >= {100 * target:g}%" if target is not None else "")
+    lines = ["| recipe | " + " | ".join(f"seed {s}: {what}" for s in seeds) + " |",
              "| --- |" + " ---: |" * len(seeds)]
     for e in entries:
         if not any(e.label in per_seed[s] for s in seeds):
@@ -262,6 +272,9 @@ def per_seed_table(entries: list[Entry], per_seed: dict[int, dict[str, dict]]) -
             cell = f"{100 * run['val_final']:.2f}" if "val_final" in run else "-"
             if base is not None:
                 cell += f", {base['train_time_s'] / run['train_time_s']:.2f}x"
+            if target is not None:
+                reached = time_to_accuracy(run.get("val_curve", []), target)
+                cell += f", >= {100 * target:g}%: " + ("-" if reached is None else f"{reached:.0f} s")
             cells.append(cell)
         lines.append(f"| {e.title} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -450,6 +463,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "GRESO, GSPO + unbiased MDAP): 1..N, at most --seeds (default 1; the base/FastRL pairs run every seed)")
     p.add_argument("--steps", type=int, help=f"training steps per run (default: the recipes' own; {QUICK_STEPS} with --quick)")
     p.add_argument("--seeds", type=int, default=1, help="seeds 1..N per recipe (mean and spread over seeds)")
+    p.add_argument("--target-accuracy", type=float, metavar="FRACTION",
+                   help="also report, per seed, the training seconds to the first validation at or above this "
+                        "accuracy (a fraction in (0, 1], e.g. 0.76)")
     p.add_argument("--out", type=Path, help="output directory (default runs/bench_algorithms[_quick])")
     p.add_argument("--threads", type=int, default=2, help="torch threads of each training process")
     p.add_argument("--timeout", type=float, default=4 * 3600, help="seconds one training run may take")
@@ -462,6 +478,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"--seeds must be >= 1, got {args.seeds}")
     if args.steps is not None and args.steps < 1:
         p.error(f"--steps must be >= 1, got {args.steps}")
+    if args.target_accuracy is not None and not 0.0 < args.target_accuracy <= 1.0:
+        p.error(f"--target-accuracy is a fraction in (0, 1] (0.76 for 76%), got {args.target_accuracy}")
     return args
 
 
@@ -498,10 +516,11 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"algorithms: no run found under {out}")
     rows = aggregate(entries, per_seed)
     meta = {"mode": "quick" if args.quick else "full", "seeds": sorted(per_seed), "steps": steps or "recipe default",
-            "overrides": [*(QUICK if args.quick else []), *args.overrides], "skip_steps": args.skip_steps, "process_seconds": processes,
+            "overrides": [*(QUICK if args.quick else []), *args.overrides], "skip_steps": args.skip_steps,
+            "target_accuracy": args.target_accuracy, "process_seconds": processes,
             "load_average_5min": loads,
             "bench_seconds": time.perf_counter() - start}
-    written = write_tables(out, rows, meta, per_seed_table(entries, per_seed))
+    written = write_tables(out, rows, meta, per_seed_table(entries, per_seed, args.target_accuracy))
     written.append(write_cost_check(out, entries, per_seed))
     written += write_plots(out, entries, per_seed, rows)
     print(markdown_table(rows))

@@ -19,6 +19,7 @@ from bench.algorithms import (
     per_seed_table,
     run_recipe,
     select_entries,
+    time_to_accuracy,
 )
 from recipes.registry import get_recipe
 
@@ -50,6 +51,20 @@ def test_aggregate_speedup_per_seed_then_mean_and_spread():
     assert seeds[0] == "| recipe | seed 1: val final (%), speedup | seed 2: val final (%), speedup | seed 3: val final (%), speedup |"
     assert seeds[2] == "| GRPO | 50.00, 1.00x | 54.00, 1.00x | - |"
     assert seeds[3] == "| GRPO + FastRL (weighted MDAP + ARS) | 52.00, 2.00x | 56.00, 3.00x | 60.00 |"  # no base run on seed 3
+
+
+def test_time_to_target_accuracy_is_the_first_validation_that_reaches_it():
+    curve = [(0.0, 0.52), (100.0, 0.755), (200.0, 0.77), (300.0, 0.75)]
+    assert time_to_accuracy(curve, 0.76) == 200.0
+    assert time_to_accuracy(curve, 0.50) == 0.0  # the start already reaches it
+    assert time_to_accuracy(curve, 0.80) is None
+    entries = [BY_LABEL["grpo"], BY_LABEL["fastrl_grpo"]]
+    per_seed = {1: {"grpo": {**_run(100.0, 0.75), "val_curve": curve},
+                    "fastrl_grpo": {**_run(40.0, 0.74), "val_curve": [(0.0, 0.5), (20.0, 0.74)]}}}
+    lines = per_seed_table(entries, per_seed, target=0.76).splitlines()
+    assert lines[0] == "| recipe | seed 1: val final (%), speedup, s to >= 76% |"
+    assert lines[2] == "| GRPO | 75.00, 1.00x, >= 76%: 200 s |"
+    assert lines[3] == "| GRPO + FastRL (weighted MDAP + ARS) | 74.00, 2.50x, >= 76%: - |"
 
 
 def test_missing_base_leaves_the_speedup_empty():
