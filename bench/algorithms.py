@@ -370,14 +370,17 @@ def write_plots(out: Path, entries: list[Entry], per_seed: dict[int, dict[str, d
     fig, axes = plt.subplots(1, len(bases), figsize=(5.5 * len(bases), 4), squeeze=False)
     for ax, base in zip(axes[0], bases):
         members = [e for e in entries if e.label == base.label or e.base == base.label]
+        colours = plt.get_cmap("tab20" if len(members) > 10 else "tab10")
         for i, e in enumerate(members):
+            labelled = False
             for j, s in enumerate(sorted(per_seed)):
                 curve = per_seed[s].get(e.label, {}).get("val_curve", [])
                 if curve:
                     xs, ys = zip(*curve)
-                    ax.plot(xs, [100 * y for y in ys], "o-", color=f"C{i}", alpha=1.0 if j == 0 else 0.4,
-                            label=e.title if j == 0 else None, markersize=3)
-        ax.set_title(f"{base.title} vs its FastRL variants")
+                    ax.plot(xs, [100 * y for y in ys], "o-", color=colours(i), alpha=1.0 if j == 0 else 0.4,
+                            label=None if labelled else e.title, markersize=3)
+                    labelled = True
+        ax.set_title(f"{base.title} and the rows measured against it")
         ax.set_xlabel("training wall time (s)")
         ax.set_ylabel("validation accuracy (%)")
         ax.grid(alpha=0.3)
