@@ -380,7 +380,7 @@ def write_plots(out: Path, entries: list[Entry], per_seed: dict[int, dict[str, d
                     ax.plot(xs, [100 * y for y in ys], "o-", color=colours(i), alpha=1.0 if j == 0 else 0.4,
                             label=None if labelled else e.title, markersize=3)
                     labelled = True
-        ax.set_title(f"{base.title} and the rows measured against it")
+        ax.set_title(f"base: {base.title}", fontsize=10)
         ax.set_xlabel("training wall time (s)")
         ax.set_ylabel("validation accuracy (%)")
         ax.grid(alpha=0.3)
