@@ -88,7 +88,7 @@ FAMILY = (
     # GRESO skips a prompt from its own history: it and its GRPO baseline train 640 questions x 6 epochs
     Entry("grpo_6ep", "easyvqa_tiny_grpo_6ep_cpu", None, "GRPO (640 questions x 6 epochs)", quick=False),
     Entry("greso_grpo", "easyvqa_tiny_greso_grpo_cpu", "grpo_6ep", "GRPO + GRESO-style skip (6 epochs)", quick=False),
-    Entry("fastrl_unbiased_gspo", "easyvqa_tiny_fastrl_unbiased_gspo_cpu", "gspo", "GSPO + unbiased MDAP (+ ARS)", quick=False),
+    Entry("fastrl_unbiased_gspo", "easyvqa_tiny_fastrl_unbiased_gspo_cpu", "gspo", "GSPO + FastRL (weighted MDAP + ARS)", quick=False),
 )
 QUICK_FAMILY = tuple(e for e in FAMILY if e.quick)
 BY_LABEL = {e.label: e for e in FAMILY} | {e.recipe: e for e in FAMILY}
