@@ -463,7 +463,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    "--quick: the eight base and FastRL rows)")
     p.add_argument("--peer-seeds", type=int, default=1,
                    help="seeds of the peer rows (FastRL as published, ARS only, paper refill, PODS, random, zero-advantage, "
-                        "GRESO, GSPO + unbiased MDAP): 1..N, at most --seeds (default 1; the base/FastRL pairs run every seed)")
+                        "GRESO, GSPO + weighted MDAP): 1..N, at most --seeds (default 1; the base/FastRL pairs run every seed)")
     p.add_argument("--steps", type=int, help=f"training steps per run (default: the recipes' own; {QUICK_STEPS} with --quick)")
     p.add_argument("--seeds", type=int, default=1, help="seeds 1..N per recipe (mean and spread over seeds)")
     p.add_argument("--target-accuracy", type=float, metavar="FRACTION",

@@ -55,10 +55,12 @@ def _tiny_base(name: str) -> RunConfig:
     )
 
 
-def _with_fastrl(config: RunConfig, *, ars: bool = True) -> RunConfig:
+def _with_fastrl(config: RunConfig, *, ars: bool = True, method: str = "fastrl") -> RunConfig:
+    """MDAP (``method``: ``fastrl``, the paper's, or ``fastrl_unbiased``, importance-weighted) with the
+    reference semantics and similarity threshold 0.2, and ARS unless ``ars=False``."""
     return replace(
         config,
-        pruning=replace(config.pruning, method="fastrl", semantics="reference", similarity_threshold=0.2),
+        pruning=replace(config.pruning, method=method, semantics="reference", similarity_threshold=0.2),
         adaptive_sampling=replace(config.adaptive_sampling, enabled=ars),
     )
 
@@ -96,8 +98,7 @@ def easyvqa_tiny_fastrl_grpo_cpu() -> RunConfig:
     Qwen2.5-VL on easy-vqa. Over three seeds it held GRPO's accuracy (76.3 vs 76.8%) at 3.26x, where
     the published, unweighted MDAP (``easyvqa_tiny_fastrl_paper_grpo_cpu``) lost 1.8 points
     (docs/results.md)."""
-    base = _with_fastrl(_tiny_base("easyvqa_tiny_fastrl_grpo_cpu"))
-    return replace(base, pruning=replace(base.pruning, method="fastrl_unbiased"))
+    return _with_fastrl(_tiny_base("easyvqa_tiny_fastrl_grpo_cpu"), method="fastrl_unbiased")
 
 
 @register()
@@ -246,5 +247,4 @@ def easyvqa_tiny_fastrl_unbiased_gspo_cpu() -> RunConfig:
     """GSPO + importance-weighted MDAP (+ ARS). On three seeds 3.18x at 76.5 +- 0.1% against
     GSPO + FastRL's 2.92x at 76.7 +- 1.5% (docs/results.md): both hold GSPO's accuracy, so the
     GSPO + FastRL recipe keeps the published, unweighted MDAP."""
-    base = _with_fastrl(_gspo(_tiny_base("easyvqa_tiny_fastrl_unbiased_gspo_cpu")))
-    return replace(base, pruning=replace(base.pruning, method="fastrl_unbiased"))
+    return _with_fastrl(_gspo(_tiny_base("easyvqa_tiny_fastrl_unbiased_gspo_cpu")), method="fastrl_unbiased")
