@@ -186,8 +186,55 @@ def measure_run(run_dir: Path, *, skip_steps: int = 1) -> dict[str, float]:
         "train_time_s": sum(sum(float(r.get(f"time/{p}", 0.0) or 0.0) for p in PHASES) for r in train),
         "val_curve": [(float(r.get("time/train_elapsed", 0.0)), float(r["val/accuracy"])) for r in val],
         "n_curve": n_curve,
+        # per step after the warm-up: (step, phase seconds, generated tokens, mean reward), for drift_control
+        "step_trace": [(int(r["step"]), sum(float(r.get(f"time/{p}", 0.0) or 0.0) for p in PHASES),
+                        float(r.get("rollout/generated_tokens", 0.0)), float(r.get("reward/mean", math.nan)))
+                       for r in train],
     })
     return out
+
+
+def drift_control(base: dict, run: dict, *, min_steps: int = 10) -> dict | None:
+    """Machine drift measured inside a pair of runs, where a run computes exactly what its base
+    computed for its first steps (e.g. GRPO + ARS only is bit-identical to GRPO until ARS first
+    changes n): over that shared prefix both runs did the same work, so the ratio of their phase
+    times is drift alone, and dividing it out of the run's train time gives the speedup on an
+    unchanging machine.
+
+    ``base``, ``run``: :func:`measure_run` results (``step_trace``: ``(step, seconds, generated
+    tokens, mean reward)`` per step after the warm-up). The shared prefix is the longest run of
+    steps, from the first, whose generated tokens and mean reward are equal in both. Returns None
+    when it is shorter than ``min_steps`` (no control: the runs differ from the start, as every
+    pruned row does); else ``prefix_steps``, ``drift`` (run seconds / base seconds over the
+    prefix; > 1: the run's machine was slower), ``speedup`` (base train time / run train time) and
+    ``corrected_speedup`` (``speedup * drift``)."""
+    a, b = base.get("step_trace", []), run.get("step_trace", [])
+    k = 0
+    while k < min(len(a), len(b)) and a[k][0] == b[k][0] and a[k][2] == b[k][2] and a[k][3] == b[k][3]:
+        k += 1
+    if k < min_steps:
+        return None
+    drift = sum(t[1] for t in b[:k]) / sum(t[1] for t in a[:k])
+    speedup = base["train_time_s"] / run["train_time_s"]
+    return {"prefix_steps": k, "drift": drift, "speedup": speedup, "corrected_speedup": speedup * drift}
+
+
+def drift_table(entries: list[Entry], per_seed: dict[int, dict[str, dict]]) -> str:
+    """Markdown: :func:`drift_control` of every (row, seed) whose run shares a prefix of steps with
+    its base run; empty when none does."""
+    lines = []
+    for e in entries:
+        for s in sorted(per_seed):
+            if e.base is None or e.label not in per_seed[s] or e.base not in per_seed[s]:
+                continue
+            c = drift_control(per_seed[s][e.base], per_seed[s][e.label])
+            if c is not None:
+                lines.append(f"| {e.title} | {s} | {c['prefix_steps']} | {c['drift']:.3f} | {c['speedup']:.2f}x | "
+                             f"{c['corrected_speedup']:.2f}x |")
+    if not lines:
+        return ""
+    return ("| recipe | seed | steps identical to the base run | drift (run s / base s over them) | speedup | "
+            "drift-corrected speedup |\n| --- | ---: | ---: | ---: | ---: | ---: |\n" + "\n".join(lines))
 
 
 def _mean_sd(values: list[float]) -> tuple[float, float]:
@@ -280,7 +327,7 @@ def per_seed_table(entries: list[Entry], per_seed: dict[int, dict[str, dict]], t
     return "\n".join(lines)
 
 
-def write_tables(out: Path, rows: list[dict], meta: dict, seeds_md: str = "") -> list[Path]:
+def write_tables(out: Path, rows: list[dict], meta: dict, seeds_md: str = "", drift_md: str = "") -> list[Path]:
     md = out / "algorithms.md"
     md.write_text(
         f"# Algorithms on CPU ({meta['mode']} mode)\n\n"
@@ -289,7 +336,11 @@ def write_tables(out: Path, rows: list[dict], meta: dict, seeds_md: str = "") ->
         "(validation, checkpoints and start-up excluded); "
         "speedup = train time of the base algorithm / train time of the recipe, per seed, then averaged; "
         "± is the standard deviation over seeds; `seeds`: how many seeds the row has.\n\n" + markdown_table(rows) + "\n"
-        + (f"\nPer seed:\n\n{seeds_md}\n" if seeds_md else "") + _load_note(meta)
+        + (f"\nPer seed:\n\n{seeds_md}\n" if seeds_md else "")
+        + (f"\nDrift control: runs that compute exactly what their base run computed over their first steps "
+           f"(the same generated tokens and mean reward per step); over those steps the ratio of phase times is "
+           f"machine drift alone, and the corrected speedup divides it out "
+           f"(`drift_control`):\n\n{drift_md}\n" if drift_md else "") + _load_note(meta)
     )
     rows = [{k: None if isinstance(v, float) and math.isnan(v) else v for k, v in r.items()} for r in rows]
     csv_path = out / "algorithms.csv"
@@ -523,7 +574,8 @@ def main(argv: list[str] | None = None) -> int:
             "target_accuracy": args.target_accuracy, "process_seconds": processes,
             "load_average_5min": loads,
             "bench_seconds": time.perf_counter() - start}
-    written = write_tables(out, rows, meta, per_seed_table(entries, per_seed, args.target_accuracy))
+    written = write_tables(out, rows, meta, per_seed_table(entries, per_seed, args.target_accuracy),
+                           drift_table(entries, per_seed))
     written.append(write_cost_check(out, entries, per_seed))
     written += write_plots(out, entries, per_seed, rows)
     print(markdown_table(rows))

@@ -14,6 +14,8 @@ from bench.algorithms import (
     FAMILY,
     QUICK_FAMILY,
     aggregate,
+    drift_control,
+    drift_table,
     finished_runs,
     markdown_table,
     per_seed_table,
@@ -65,6 +67,31 @@ def test_time_to_target_accuracy_is_the_first_validation_that_reaches_it():
     assert lines[0] == "| recipe | seed 1: val final (%), speedup, s to >= 76% |"
     assert lines[2] == "| GRPO | 75.00, 1.00x, >= 76%: 200 s |"
     assert lines[3] == "| GRPO + FastRL (weighted MDAP + ARS) | 74.00, 2.50x, >= 76%: - |"
+
+
+def test_drift_control_divides_out_the_slowdown_measured_over_the_identical_prefix():
+    # 12 identical steps (same tokens, same reward) at 1 s in the base and 1.25 s in the run (a slower
+    # machine), then the run generates fewer tokens (ARS lowered n) and takes 0.9 s per step there
+    base_trace = [(s, 1.0, 100.0, 0.5) for s in range(2, 22)]
+    run_trace = [(s, 1.25, 100.0, 0.5) for s in range(2, 14)] + [(s, 0.9, 80.0, 0.5) for s in range(14, 22)]
+    base = {"train_time_s": 20.0, "step_trace": base_trace}
+    run = {"train_time_s": 12 * 1.25 + 8 * 0.9, "step_trace": run_trace}
+    c = drift_control(base, run)
+    assert c["prefix_steps"] == 12
+    assert c["drift"] == pytest.approx(1.25)
+    assert c["speedup"] == pytest.approx(20.0 / 22.2)
+    # on the base's machine the run would have taken 12 * 1 + 8 * 0.9 / 1.25 = 17.76 s
+    assert c["corrected_speedup"] == pytest.approx(20.0 / 22.2 * 1.25)
+    # a different mean reward ends the prefix, and a short prefix gives no control
+    changed = [(s, 1.25, 100.0, 0.5 if s < 7 else 0.6) for s in range(2, 22)]
+    assert drift_control(base, {"train_time_s": 25.0, "step_trace": changed}) is None
+    assert drift_control(base, {"train_time_s": 25.0, "step_trace": changed}, min_steps=5)["prefix_steps"] == 5
+    entries = [BY_LABEL["grpo"], BY_LABEL["ars_grpo"], BY_LABEL["fastrl_grpo"]]
+    per_seed = {1: {"grpo": base, "ars_grpo": run, "fastrl_grpo": {"train_time_s": 5.0, "step_trace": changed[:3]}}}
+    lines = drift_table(entries, per_seed).splitlines()
+    assert len(lines) == 3  # the pruned row shares no prefix with GRPO: no line
+    assert lines[2] == "| GRPO + ARS only | 1 | 12 | 1.250 | 0.90x | 1.13x |"
+    assert drift_table(entries, {1: {"grpo": base}}) == ""
 
 
 def test_missing_base_leaves_the_speedup_empty():
