@@ -9,7 +9,10 @@ in its own run directory ``OUT/seed<S>/<recipe>``, then writes:
   and mean seconds per step of each phase (gen, reward, prune, old, ref, update, refit), the
   speedup over its base algorithm (GRPO for the GRPO variants, DAPO for DAPO + FastRL, GSPO for
   GSPO + FastRL), final and best validation accuracy, kept fraction and mean group size n; with
-  several seeds, the mean and the sample standard deviation over seeds;
+  several seeds, the mean and the sample standard deviation over seeds; per seed, the final
+  accuracy, the speedup and (``--target-accuracy``) the seconds to a target accuracy; and the drift
+  control (:func:`drift_control`) of the rows that compute what their base computed for a prefix of
+  steps (GRPO + ARS only, the GRESO-style row), whose speedup is then corrected for machine drift;
 - ``OUT/cost_model_check.md``: the per-step cost model (``bench/cost_model.py``) predicting each
   pruned run's phases from its base run's seconds per token, against what was measured;
 - ``OUT/plots/accuracy_vs_time.png``: validation accuracy against training wall time, one panel per
