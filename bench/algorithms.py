@@ -175,6 +175,11 @@ def measure_run(run_dir: Path, *, skip_steps: int = 1) -> dict[str, float]:
     kept_rollouts = mean("prune/num_kept")
     kept_tokens = sum(float(r.get("prune/kept_tokens", r.get("rollout/generated_tokens", 0.0))) for r in train) / steps
     out.update({f"time/{p}": mean(f"time/{p}") for p in PHASES if any(f"time/{p}" in r for r in train)})
+    # per step after the warm-up: (step, phase seconds, generated tokens, mean reward); the train time
+    # sums it, drift_control compares it between runs
+    step_trace = [(int(r["step"]), sum(float(r.get(f"time/{p}", 0.0) or 0.0) for p in PHASES),
+                   float(r.get("rollout/generated_tokens", 0.0)), float(r.get("reward/mean", math.nan)))
+                  for r in train]
     out.update({
         "steps": float(steps),
         "kept_fraction": mean("prune/kept_fraction", 1.0),
@@ -186,13 +191,10 @@ def measure_run(run_dir: Path, *, skip_steps: int = 1) -> dict[str, float]:
         "response_length": gen_tokens / rollouts if rollouts else 0.0,
         "response_length_kept": kept_tokens / kept_rollouts if kept_rollouts else 0.0,
         "step_seconds": sum(out.get(f"time/{p}", 0.0) for p in PHASES),
-        "train_time_s": sum(sum(float(r.get(f"time/{p}", 0.0) or 0.0) for p in PHASES) for r in train),
+        "train_time_s": sum(t[1] for t in step_trace),
         "val_curve": [(float(r.get("time/train_elapsed", 0.0)), float(r["val/accuracy"])) for r in val],
         "n_curve": n_curve,
-        # per step after the warm-up: (step, phase seconds, generated tokens, mean reward), for drift_control
-        "step_trace": [(int(r["step"]), sum(float(r.get(f"time/{p}", 0.0) or 0.0) for p in PHASES),
-                        float(r.get("rollout/generated_tokens", 0.0)), float(r.get("reward/mean", math.nan)))
-                       for r in train],
+        "step_trace": step_trace,
     })
     return out
 
