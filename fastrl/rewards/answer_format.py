@@ -13,7 +13,11 @@ FORMAT_SCORE = 0.5
 
 _SPACES_AROUND_TAG_CHARS = re.compile(r"\s*(<|>|/)\s*")
 _THINKING_FORMAT = re.compile(r"<thinking>.*</thinking>.*\\boxed\{.*\}.*", re.DOTALL)
-_BOXED = "\\boxed{"
+# Box commands whose content is the final answer: \boxed{..} and the variants models emit
+# (\boxed {..}, \fbox{..}, \framebox[2cm]{..}, \bbox[border]{..}, \colorbox{c}{..}); a { ends the match.
+_BOX_OPEN = re.compile(r"\\(boxed|fbox|framebox|bbox|colorbox\{[^{}]*\})\s*(?:\[[^\]]*\]\s*)*\{")
+# \boxed 12: the brace-less form of the MATH solutions (one token, up to a space or $).
+_BOX_BARE = re.compile(r"\\boxed[ \t]+([^\s{}$]+)")
 
 
 def has_thinking_format(response: str) -> bool:
@@ -32,17 +36,25 @@ def format_score(response: str) -> float:
 
 
 def last_boxed_content(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` in ``text``, brace-balanced and stripped.
+    """Content of the last box in ``text``, brace-balanced and stripped; ``None`` when there is none.
 
-    ``\\boxed{\\frac{1}{2}}`` gives ``\\frac{1}{2}``. Returns ``None`` when there is no
-    ``\\boxed{`` or the last one is never closed. (Same search as
-    ``mathruler.grader.extract_boxed_content``, which returns the string ``"None"`` instead.)
+    A box is ``\\boxed{...}`` or a variant that models emit for their final answer: ``\\boxed {...}``,
+    ``\\fbox{...}``, ``\\framebox[...]{...}``, ``\\bbox[...]{...}``, ``\\colorbox{c}{...}``, and the
+    brace-less ``\\boxed 12`` of MATH solutions (one token, up to a space or $). The last box by
+    position wins; ``\\boxed{\\frac{1}{2}}`` gives ``\\frac{1}{2}``. A last box that is never closed
+    gives ``None`` (an unfinished answer is no answer). The format reward of spec section 5 still
+    requires ``\\boxed{`` itself (:func:`has_thinking_format`).
     """
-    start = text.rfind(_BOXED)
-    if start < 0:
+    opened = list(_BOX_OPEN.finditer(text))
+    bare = list(_BOX_BARE.finditer(text))
+    last_open = opened[-1] if opened else None
+    last_bare = bare[-1] if bare else None
+    if last_bare is not None and (last_open is None or last_bare.start() > last_open.start()):
+        return last_bare.group(1).strip()
+    if last_open is None:
         return None
     depth = 0
-    begin = start + len(_BOXED)
+    begin = last_open.end()
     for i in range(begin, len(text)):
         char = text[i]
         if char == "{":

@@ -158,12 +158,18 @@ def kl_in_reward(scored: ScoredRollouts, batch: PolicyBatch, alg: AlgorithmConfi
 
 
 def compute_advantages(
-    scored: ScoredRollouts, alg: AlgorithmConfig, *, rewards: torch.Tensor | None = None
+    scored: ScoredRollouts, alg: AlgorithmConfig, *, step: int, rewards: torch.Tensor | None = None
 ) -> tuple[ScoredRollouts, Metrics]:
     """Group-relative advantages of the full batch (GRPO / Dr. GRPO / RLOO; invalid rewards
     excluded from the statistics), and the DP-global reward, accuracy and advantage statistics.
 
+    A group with a single valid rollout (every other member's grading failed, or a data source
+    that gives every rollout its own group id) has nothing to be compared with: its advantage is 0
+    and it teaches nothing. ``advantage/single_member_groups`` counts such groups over every DP
+    rank, and a warning names the step whenever there is one.
+
     Args:
+        step: the training step (for the warning).
         rewards: float [R], the rewards to compute the advantages from when they are not the task
             rewards (``algorithm.kl_in_reward``: :func:`kl_in_reward`); ``reward/*`` metrics stay
             those of the task rewards.
@@ -184,7 +190,21 @@ def compute_advantages(
         m[f"{name}/mean"], m[f"{name}/std"] = global_mean_std(values[scored.valid])
     m["advantage/abs_mean"] = global_mean_std(adv.abs())[0]
     m["response/length_mean"] = float(scored.response_lengths.float().mean())
+    m["advantage/single_member_groups"] = single = _single_member_groups(scored)
+    if single:
+        logger.warning(
+            "step %d: %d group(s) have a single validly graded rollout, so their advantages are 0 and they "
+            "teach nothing (advantage/single_member_groups); check that the rollouts of one prompt share a "
+            "group id and that rollout.n >= 2, and the reward/num_invalid count", step, int(single),
+        )
     return scored, m
+
+
+def _single_member_groups(scored: ScoredRollouts) -> float:
+    """Groups with exactly one valid rollout, summed over every DP rank (a group lives on one rank)."""
+    ids = scored.group_ids[scored.valid]
+    local = float((torch.unique(ids, return_counts=True)[1] == 1).sum()) if ids.numel() else 0.0
+    return float(collectives.all_reduce_sum_dp(torch.tensor([local], dtype=torch.float64))[0])
 
 
 def global_mean_std(values: torch.Tensor) -> tuple[float, float]:

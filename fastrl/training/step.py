@@ -105,11 +105,11 @@ def train_step(run: RunParts, state: TrainState, step: int) -> StepOutput:
         if cfg.algorithm.kl_in_reward:                                       # reward - beta x sum_t KL_t
             rewards, metrics = kl_in_reward(scored, batch, cfg.algorithm)
             m.update(metrics)
-        scored, metrics = compute_advantages(scored, cfg.algorithm, rewards=rewards)  # 4. advantages
+        scored, metrics = compute_advantages(scored, cfg.algorithm, step=step, rewards=rewards)  # 4. advantages
         m.update(metrics)
         batch = batch.with_tensors(advantages=scored.advantages.float())
     else:
-        scored, metrics = compute_advantages(scored, cfg.algorithm)          # 4. advantages, full batch
+        scored, metrics = compute_advantages(scored, cfg.algorithm, step=step)  # 4. advantages, full batch
         m.update(metrics)
         batch = policy_batch(scored)
     with timer.phase("prune"):                                               # 5-7. DP-global pruning,

@@ -23,6 +23,18 @@ from fastrl.rewards.quantities import evaluate_expression, parse_quantity, quant
         ("\\boxed{5", None),
         ("no box", None),
         ("\\boxed{1} then \\boxed{2", None),
+        # Box commands other than \boxed{} that models emit (on a reader of \boxed{ only, each of
+        # these gave None or the earlier \boxed{5}).
+        ("\\fbox{12}", "12"),
+        ("\\boxed {12}", "12"),
+        ("$\\boxed 12$", "12"),
+        ("\\framebox[2cm][c]{\\frac{1}{2}}", "\\frac{1}{2}"),
+        ("\\bbox[border:1px]{7}", "7"),
+        ("\\colorbox{yellow}{7}", "7"),
+        ("\\boxed{5} then \\fbox{ 12 }", "12"),
+        ("\\fbox{12} then \\boxed 5.", "5."),
+        ("\\fbox{12} then \\boxed{5", None),
+        ("\\boxedx{12}", None),
     ],
 )
 def test_last_boxed_content(text, expected):
