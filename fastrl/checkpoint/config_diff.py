@@ -24,9 +24,12 @@ At resume, :class:`~fastrl.checkpoint.io.CheckpointIO` compares the two configs 
     with a :class:`~fastrl.checkpoint.manager.CheckpointError` naming the keys, unless
     ``checkpoint.allow_changed`` names each of them (a dotted key or a section prefix).
 
-The pseudo-key :data:`DATA_FINGERPRINT` (``data.fingerprint``: a digest of the training records,
-:func:`records_fingerprint`) takes part in the comparison like a ``data.*`` key, so a different
-data file with the same size and settings is refused too. A key present in only one of the two
+The pseudo-keys :data:`DATA_FINGERPRINT` (``data.fingerprint``: a digest of the training records'
+text, :func:`records_fingerprint`) and :data:`IMAGES_FINGERPRINT` (``data.images_fingerprint``: a
+digest of their encoded images, :func:`images_fingerprint`) take part in the comparison like
+``data.*`` keys, so a different data file with the same size and settings is refused too, and so is
+the same file with other images. A checkpoint written before a fingerprint existed has nothing to
+compare for it (the resume logs that it cannot check). A key present in only one of the two
 configs (a config written by another version of FastRL) is listed and accepted.
 """
 
@@ -43,6 +46,9 @@ REFUSED = "refused"
 
 #: Pseudo-key of the training data's content digest (stored in ``train_state.pt``).
 DATA_FINGERPRINT = "data.fingerprint"
+#: Pseudo-key of the training images' content digest (stored in ``train_state.pt``).
+IMAGES_FINGERPRINT = "data.images_fingerprint"
+FINGERPRINT_KEYS = (DATA_FINGERPRINT, IMAGES_FINGERPRINT)
 
 #: Keys (or section prefixes) accepted and only listed.
 HARMLESS_KEYS: tuple[str, ...] = (
@@ -175,7 +181,7 @@ def diff_configs(
 
     Args:
         saved: the checkpoint's config (``RunConfig.to_dict()`` when it was written), optionally
-            with the :data:`DATA_FINGERPRINT` pseudo-key added to its ``data`` section.
+            with the :data:`FINGERPRINT_KEYS` pseudo-keys added to its ``data`` section.
         new: this run's config, the same way.
         allow_changed: ``checkpoint.allow_changed``: dotted keys or section prefixes whose change is
             accepted although the key is ``refused``.
@@ -188,8 +194,8 @@ def diff_configs(
             continue
         if old is _ABSENT or cur is _ABSENT:
             # Another FastRL version added or removed the key: nothing the user changed.
-            if key == DATA_FINGERPRINT:
-                continue  # a checkpoint written before fingerprints: nothing to compare
+            if key in FINGERPRINT_KEYS:
+                continue  # a checkpoint written before this fingerprint: nothing to compare
             changes.append(ConfigChange(key, old, cur, HARMLESS))
             continue
         kind = classify(key)
@@ -207,9 +213,12 @@ def refusal_message(path: Any, changes: Sequence[ConfigChange]) -> str:
     """The error text of a refused resume: the keys, why, and the override that accepts them."""
     keys = [c.key for c in changes]
     detail = "; ".join(f"{c.key}: {_show(c.old)} -> {_show(c.new)}" for c in changes)
-    data_note = (
-        " (data.fingerprint: the training records differ from those the checkpoint was trained on)"
-        if DATA_FINGERPRINT in keys else ""
+    data_note = "".join(
+        note for key, note in (
+            (DATA_FINGERPRINT, " (data.fingerprint: the training records differ from those the checkpoint was trained on)"),
+            (IMAGES_FINGERPRINT, " (data.images_fingerprint: the training images differ from those the checkpoint was "
+                                 "trained on)"),
+        ) if key in keys
     )
     return (
         f"cannot resume from {path}: the config changes {', '.join(keys)} since the checkpoint was written "
@@ -221,19 +230,41 @@ def refusal_message(path: Any, changes: Sequence[ConfigChange]) -> str:
 
 def unknown_patterns(allow_changed: Sequence[str], known_keys: Iterable[str]) -> list[str]:
     """Entries of ``checkpoint.allow_changed`` that name no config key and no section."""
-    keys = [*known_keys, DATA_FINGERPRINT]
+    keys = [*known_keys, *FINGERPRINT_KEYS]
     return [p for p in allow_changed if not any(matches(k, p) for k in keys)]
 
 
 def records_fingerprint(items: Iterable[tuple[Any, ...]]) -> str:
     """A cheap content digest of the training records: sha256 over each record's
-    ``(id, question, answer)`` fields, in order (images are not read). 16 hex digits."""
+    ``(id, question, answer)`` fields, in order (the images: :func:`images_fingerprint`). 16 hex digits."""
     h = hashlib.sha256()
     count = 0
     for item in items:
         for part in item:
             h.update(str(part).encode("utf-8", "surrogatepass"))
             h.update(b"\x1f")
+        h.update(b"\x1e")
+        count += 1
+    h.update(str(count).encode())
+    return h.hexdigest()[:16]
+
+
+def images_fingerprint(images: Iterable[Sequence[bytes]]) -> str:
+    """A content digest of the training records' images: sha256 over each record's encoded image
+    bytes, in order (one group of 0 or more images per record; the bytes are hashed as stored,
+    not decoded). 16 hex digits. Sees a changed, added, removed or reordered image.
+
+    Raises:
+        TypeError: an image is not ``bytes``.
+    """
+    h = hashlib.sha256()
+    count = 0
+    for group in images:
+        for data in group:
+            if not isinstance(data, (bytes, bytearray, memoryview)):
+                raise TypeError(f"record {count}: an image is {type(data).__name__}, expected encoded bytes")
+            h.update(len(data).to_bytes(8, "little"))
+            h.update(data)
         h.update(b"\x1e")
         count += 1
     h.update(str(count).encode())

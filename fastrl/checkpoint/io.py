@@ -128,7 +128,7 @@ class CheckpointIO:
         if unknown:
             raise CheckpointError(
                 f"checkpoint.allow_changed names {unknown}, which are neither config keys nor sections "
-                f"(use dotted keys such as data.train_path, sections such as data, or {config_diff.DATA_FINGERPRINT})"
+                f"(use dotted keys such as data.train_path, sections such as data, or {' / '.join(config_diff.FINGERPRINT_KEYS)})"
             )
         if spec == "none":
             return None
@@ -197,21 +197,24 @@ class CheckpointIO:
     def _compare_configs(self, path: Path, saved: dict[str, Any], state: TrainState) -> list[config_diff.ConfigChange]:
         """Log every config key changed since the checkpoint; raise on a refused change."""
         old_cfg, new_cfg = dict(saved["config"]), self.cfg.to_dict()
-        if saved.get("data_fingerprint") is not None:
-            old_cfg["data"] = {**old_cfg.get("data", {}), "fingerprint": saved["data_fingerprint"]}
-        if state.data_fingerprint is not None:
-            new_cfg["data"] = {**new_cfg["data"], "fingerprint": state.data_fingerprint}
+        fingerprints = {"fingerprint": "data_fingerprint", "images_fingerprint": "images_fingerprint"}
+        for key, field in fingerprints.items():
+            if saved.get(field) is not None:
+                old_cfg["data"] = {**old_cfg.get("data", {}), key: saved[field]}
+            if getattr(state, field) is not None:
+                new_cfg["data"] = {**new_cfg["data"], key: getattr(state, field)}
         changes = config_diff.diff_configs(old_cfg, new_cfg, allow_changed=self.cfg.checkpoint.allow_changed)
         if self.ctx.is_logging_rank:
             if changes:
                 logger.info("config changed since checkpoint %s: %d key(s)", path, len(changes))
             for change in changes:
                 (logger.info if change.accepted else logger.error)("config change: %s", change.describe())
-            if saved.get("data_fingerprint") is None and state.data_fingerprint is not None:
-                logger.warning(
-                    "checkpoint %s stores no training-data fingerprint (written by an older FastRL): "
-                    "cannot check that the training data is the same", path,
-                )
+            for field, what in (("data_fingerprint", "training-data"), ("images_fingerprint", "training-image")):
+                if saved.get(field) is None and getattr(state, field) is not None:
+                    logger.warning(
+                        "checkpoint %s stores no %s fingerprint (written by an older FastRL): "
+                        "cannot check that the %s is the same", path, what, what.replace("-", " "),
+                    )
         bad = config_diff.refused(changes)
         if bad and self.cfg.trainer.val_only:
             if self.ctx.is_logging_rank:

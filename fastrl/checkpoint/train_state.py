@@ -35,6 +35,8 @@ class TrainState:
             (:func:`fastrl.checkpoint.config_diff.records_fingerprint`); saved, and compared at
             resume so that another data file is detected. Like ``total_steps``, the run's own value
             is kept on load.
+        images_fingerprint: digest of the training records' images
+            (:func:`fastrl.checkpoint.config_diff.images_fingerprint`); saved and compared the same way.
         reward_health: the invalid-reward counts (:class:`fastrl.training.reward_health.RewardHealth`),
             or None; saved when given. A checkpoint written before they were saved loads with the
             counts as they are (zero at the start of a process).
@@ -50,6 +52,7 @@ class TrainState:
     train_seconds: float = 0.0
     epochs_completed: int = 0
     data_fingerprint: str | None = None
+    images_fingerprint: str | None = None
     reward_health: Stateful | None = None
 
     def state_dict(self) -> dict[str, Any]:
@@ -64,11 +67,12 @@ class TrainState:
             "train_seconds": self.train_seconds,
             "total_steps": self.total_steps,
             "data_fingerprint": self.data_fingerprint,
+            "images_fingerprint": self.images_fingerprint,
             **({"reward_health": self.reward_health.state_dict()} if self.reward_health is not None else {}),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore from :meth:`state_dict` (``total_steps`` and ``data_fingerprint`` stay the run's own)."""
+        """Restore from :meth:`state_dict` (``total_steps`` and the fingerprints stay the run's own)."""
         self.step = int(state["step"])
         self.sampler.load_state_dict(state["sampler"])
         self.ars.load_state_dict(state["ars"])

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from fastrl.algorithms.adaptive_sampling import AdaptiveRolloutSampler
-from fastrl.checkpoint.config_diff import records_fingerprint
+from fastrl.checkpoint.config_diff import images_fingerprint, records_fingerprint
 from fastrl.checkpoint.signals import StopRequest
 from fastrl.checkpoint.train_state import TrainState
 from fastrl.config import RunConfig
@@ -60,6 +60,7 @@ class Trainer:
             scheduler=self.parts.actor.scheduler,
             total_steps=total_steps(config, len(records)),
             data_fingerprint=records_fingerprint((r.question_id, r.problem, r.answer) for r in records),
+            images_fingerprint=images_fingerprint(r.images for r in records),
             reward_health=self.parts.reward_health,
         )
 

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -98,12 +99,24 @@ def test_another_data_file_with_the_same_size_and_settings_is_refused(tmp_path):
         "trainer.max_steps=3", *QUICK,
     ]
     run_train(tmp_path, *overrides, "stage.max_steps=1")
+    # Same questions and answers, each with the next record's image. Breakage caught: a data
+    # fingerprint that leaves the images out resumes silently on other images (issue 33, item 6).
+    swapped = [replace(r, images=train[(i + 1) % 64].images) for i, r in enumerate(train[:64])]
+    write_canonical(swapped, data / "train.parquet")
+    proc = _train(tmp_path, *overrides)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "config change: data.images_fingerprint:" in out and "the training images differ" in out
+    assert "config change: data.fingerprint:" not in out  # the text is the same
+    assert "checkpoint.allow_changed=[data.images_fingerprint]" in out
+    assert _train_steps(tmp_path / RECIPE) == [1]
+
     write_canonical(train[64:], data / "train.parquet")  # same path, same size, other questions
     proc = _train(tmp_path, *overrides)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "config change: data.fingerprint:" in out and "the training records differ" in out
-    assert "checkpoint.allow_changed=[data.fingerprint]" in out
+    assert "checkpoint.allow_changed=[data.fingerprint,data.images_fingerprint]" in out  # other questions, other images
     assert _train_steps(tmp_path / RECIPE) == [1]
 
 

@@ -158,3 +158,27 @@ def test_records_fingerprint_sees_content_and_order():
     assert fp != cd.records_fingerprint(rows[::-1])
     assert fp != cd.records_fingerprint(rows[:1])
     assert cd.records_fingerprint([("a", "b")]) != cd.records_fingerprint([("ab",)])
+
+
+def test_images_fingerprint_sees_each_image_and_its_record():
+    # Breakage caught: a digest that ignores the bytes, concatenates them without the record
+    # boundaries, or drops the image count.
+    imgs = [(b"png-a",), (b"png-b", b"png-c"), ()]
+    fp = cd.images_fingerprint(imgs)
+    assert fp == cd.images_fingerprint([tuple(g) for g in imgs]) and len(fp) == 16
+    assert fp != cd.images_fingerprint([(b"png-a",), (b"png-b", b"png-X"), ()])
+    assert fp != cd.images_fingerprint([(b"png-a", b"png-b"), (b"png-c",), ()])
+    assert fp != cd.images_fingerprint(imgs[:2])
+    assert fp != cd.images_fingerprint([imgs[1], imgs[0], imgs[2]])
+    with pytest.raises(TypeError, match="record 0: an image is str"):
+        cd.images_fingerprint([("not bytes",)])
+
+
+def test_images_fingerprint_takes_part_like_a_data_key():
+    saved = {"data": {"fingerprint": "t", "images_fingerprint": "a"}}
+    changes = cd.diff_configs(saved, {"data": {"fingerprint": "t", "images_fingerprint": "b"}})
+    assert [c.key for c in cd.refused(changes)] == [cd.IMAGES_FINGERPRINT]
+    assert "the training images differ" in cd.refusal_message("ckpt", cd.refused(changes))
+    # a checkpoint written before the image fingerprint: nothing to compare, nothing refused
+    assert cd.diff_configs({"data": {"fingerprint": "t"}}, {"data": {"fingerprint": "t", "images_fingerprint": "b"}}) == []
+    assert cd.unknown_patterns(["data.images_fingerprint"], []) == []
