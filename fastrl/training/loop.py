@@ -29,7 +29,7 @@ from fastrl.checkpoint.io import CheckpointIO
 from fastrl.checkpoint.train_state import TrainState
 from fastrl.distributed import world
 from fastrl.training.generation import group_size
-from fastrl.training.metrics import MetricsLogger
+from fastrl.training.metrics import MetricsLogger, supersede_records_after
 from fastrl.training.parts import RunParts, total_steps
 from fastrl.training.step import train_step
 from fastrl.training.update_phase import refit
@@ -146,6 +146,13 @@ def run_loop(run: RunParts, state: TrainState, stop: "StopRequest") -> dict[str,
 
     io = CheckpointIO(cfg, ctx, run_dir=run.run_dir, phase=run.timer.phase)
     resumed = resume(run, state, io)
+    if ctx.is_logging_rank and not cfg.trainer.val_only:
+        moved, superseded = supersede_records_after(run.run_dir / "metrics.jsonl", state.step)
+        if moved:
+            logger.info(
+                "metrics.jsonl: %d record(s) after step %d, which this run trains again, moved to %s",
+                moved, state.step, superseded,
+            )
     log = MetricsLogger(
         run.run_dir, tensorboard=cfg.logging.tensorboard, wandb_project=cfg.logging.wandb_project,
         run_name=cfg.logging.run_name or cfg.recipe, config=cfg.to_dict(), enabled=ctx.is_logging_rank,

@@ -102,6 +102,50 @@ class MetricsLogger:
             self._wandb.finish()
 
 
+SUPERSEDED_SUFFIX = ".superseded.jsonl"
+
+
+def supersede_records_after(path: str | Path, step: int) -> tuple[int, Path | None]:
+    """Move the records a resumed run is about to write again out of ``path``.
+
+    A run resumed from the checkpoint of ``step`` re-does every later step (and a run that starts
+    from nothing, ``step == 0``, re-logs its start and step-0 validation too): their old records
+    (of every kind) leave ``metrics.jsonl`` so that each step has one record, and are appended,
+    unchanged, to ``metrics.superseded.jsonl`` beside it (nothing measured is lost). A line torn by
+    a crash mid-write (not JSON) moves there too. The file is rewritten atomically.
+
+    Returns:
+        (records moved, the superseded file or None when nothing moved).
+
+    Raises:
+        ValueError: a line that is JSON but has no integer ``step`` (not a FastRL metrics file).
+    """
+    path = Path(path)
+    if not path.exists():
+        return 0, None
+    keep, moved = [], []
+    for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            moved.append(line)  # torn by a crash mid-write
+            continue
+        if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+            raise ValueError(f"{path}:{line_no}: a record without an integer 'step'; is this a FastRL metrics.jsonl?")
+        (moved if record["step"] > step or step == 0 else keep).append(line)
+    if not moved:
+        return 0, None
+    superseded = path.with_name(path.name.removesuffix(".jsonl") + SUPERSEDED_SUFFIX)
+    with open(superseded, "a", encoding="utf-8") as fh:
+        fh.write("".join(f"{line}\n" for line in moved))
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(f"{line}\n" for line in keep), encoding="utf-8")
+    tmp.replace(path)
+    return len(moved), superseded
+
+
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """Read a ``metrics.jsonl`` file back; a later record for the same step replaces an earlier one
     (a resumed run re-logs the steps after its checkpoint)."""

@@ -120,6 +120,23 @@ def test_another_data_file_with_the_same_size_and_settings_is_refused(tmp_path):
     assert _train_steps(tmp_path / RECIPE) == [1]
 
 
+def test_a_re_done_step_has_one_record(finished_two_steps, tmp_path):
+    # A crash during step 2's save (its checkpoint incomplete, no FINISHED): the rerun starts from
+    # nothing and trains steps 1-2 again. Breakage caught: appending to metrics.jsonl, which then
+    # holds two records of each step for plots and the benchmark (issue 33, item 7).
+    root, run_dir = _copy(finished_two_steps, tmp_path)
+    before = read_jsonl(run_dir / "metrics.jsonl")
+    (run_dir / "checkpoints" / "step_00000002" / "COMPLETE").unlink()
+    (run_dir / "FINISHED").unlink()
+    proc = run_train(root, "trainer.max_steps=2", *QUICK)
+    log = proc.stdout + proc.stderr
+    records = read_jsonl(run_dir / "metrics.jsonl")
+    assert [(r["step"], r["kind"]) for r in records] == [(r["step"], r["kind"]) for r in before]
+    assert _train_steps(run_dir) == [1, 2]
+    assert read_jsonl(run_dir / "metrics.superseded.jsonl") == before  # the first attempt's records, kept aside
+    assert f"metrics.jsonl: {len(before)} record(s) after step 0, which this run trains again, moved to" in log
+
+
 def test_extending_a_finished_run(finished_two_steps, tmp_path):
     root, run_dir = _copy(finished_two_steps, tmp_path)
     same = run_train(root, "trainer.max_steps=2", *QUICK)
