@@ -156,7 +156,17 @@ class CheckpointIO:
         CheckpointManager.verify(path)
         saved = torch.load(path / TRAIN_STATE, weights_only=False)
         changes = self._compare_configs(path, saved, state)
-        with_opt = self.cfg.checkpoint.save_optimizer
+        saved_opt = saved["config"].get("checkpoint", {}).get("save_optimizer", True)
+        with_opt = self.cfg.checkpoint.save_optimizer and saved_opt
+        if not with_opt and ctx.is_logging_rank:
+            why = "holds no optimizer state (written with checkpoint.save_optimizer=false)" if not saved_opt else (
+                "has an optimizer state that this config does not load (checkpoint.save_optimizer=false)"
+            )
+            logger.warning(
+                "checkpoint %s %s: Adam restarts from zero moments at step %d, so this resume "
+                "is not exact (the first updates take larger steps); keep checkpoint.save_optimizer=true for exact "
+                "resume", path, why, int(saved["step"]),
+            )
         optimizer_format = saved.get("optimizer_format", "dp_reshardable")
         saved_layout = saved.get("parallel")
         here = {"tp": ctx.tp_size, "pp": ctx.pp_size, "dp": ctx.dp_size}

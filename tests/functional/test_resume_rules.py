@@ -137,6 +137,18 @@ def test_a_re_done_step_has_one_record(finished_two_steps, tmp_path):
     assert f"metrics.jsonl: {len(before)} record(s) after step 0, which this run trains again, moved to" in log
 
 
+def test_resume_without_optimizer_state_says_adam_restarts(tmp_path):
+    # Breakage caught: a checkpoint written with checkpoint.save_optimizer=false resumes with Adam's
+    # moments at zero and no word about it (issue 33, item 10).
+    overrides = ["trainer.max_steps=2", "checkpoint.save_optimizer=false", *QUICK]
+    run_train(tmp_path, *overrides, "stage.max_steps=1")
+    proc = run_train(tmp_path, *overrides)
+    log = proc.stdout + proc.stderr
+    assert "holds no optimizer state (written with checkpoint.save_optimizer=false): Adam restarts from zero " \
+           "moments at step 1, so this resume is not exact" in log
+    assert _train_steps(tmp_path / RECIPE) == [1, 2]
+
+
 def test_extending_a_finished_run(finished_two_steps, tmp_path):
     root, run_dir = _copy(finished_two_steps, tmp_path)
     same = run_train(root, "trainer.max_steps=2", *QUICK)
