@@ -118,13 +118,22 @@ class OptimizerConfig:
     """Actor optimizer (megatron-core Adam) and learning-rate schedule."""
 
     lr: float = doc(1e-6, "Peak learning rate.")
-    min_lr: float = doc(0.0, "Final learning rate of a decaying schedule.")
+    min_lr: float = doc(
+        0.0,
+        "Final learning rate of a decaying schedule, reached at the end of the last step in every "
+        "update geometry (the schedule is set on the RL step, fastrl.training.geometry.lr_positions).",
+    )
     weight_decay: float = doc(1e-2, "Decoupled weight decay (AdamW).")
     adam_beta1: float = doc(0.9, "Adam beta1.")
     adam_beta2: float = doc(0.999, "Adam beta2.")
     adam_eps: float = doc(1e-8, "Adam epsilon.")
     clip_grad: float = doc(1.0, "Global gradient-norm clipping (0: off).")
-    lr_warmup_steps: int = doc(0, "Linear warm-up, in optimizer steps.")
+    lr_warmup_steps: int = doc(
+        0,
+        "Linear warm-up, in schedule units: optimizer updates of an unpruned step, U = ppo_epochs x "
+        "prompts_per_step / mini_batch_prompts per RL step (a step making fewer updates still "
+        "advances the schedule by U). Capped at the run's steps x U - 1.",
+    )
     lr_decay_style: Literal["constant", "linear", "cosine"] = doc("constant", "Schedule after warm-up.")
 
     def __post_init__(self) -> None:

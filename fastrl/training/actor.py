@@ -10,7 +10,9 @@ One :meth:`Actor.update` is one optimizer step on one mini-batch (this DP rank's
    mini-batch loss, whatever the layout. megatron averages micro-batch losses over micro-batches and
    gradients over DP ranks; the loss handed to it is scaled by ``micro-batches x DP size`` to undo both.
 3. Gradients are reduced over DP (all-reduce, or reduce-scatter with the DistributedOptimizer),
-   clipped to the global norm, and megatron's Adam steps; the LR schedule advances one step.
+   clipped to the global norm, and megatron's Adam steps; the LR schedule moves to the update's
+   position (one unit per update of a step that makes them all,
+   :func:`fastrl.training.geometry.lr_positions`).
 """
 
 from __future__ import annotations
@@ -88,7 +90,8 @@ class Actor:
         policy: built with ``trainable=True`` (megatron DDP).
         algorithm: loss type, clipping, KL and aggregation settings.
         optimizer / parallel / precision: optimizer, micro-batch size and dtype settings.
-        total_steps: optimizer steps of the run (length of the LR schedule).
+        total_steps: units of the LR schedule (its horizon): RL steps x
+            :func:`~fastrl.training.geometry.updates_per_step_estimate`.
         temperature: sampling temperature of the rollouts (log-probs use the same).
     """
 
@@ -247,18 +250,36 @@ class Actor:
         dp = collectives.dp_size()
         return {k: float(v) if k in sums else float(v) / dp for k, v in zip(keys, values)}
 
-    def step(self) -> dict[str, float]:
-        """Clip the gradient norm, take the optimizer step and advance the LR schedule."""
+    def step(self, *, lr_position: int | float | None = None) -> dict[str, float]:
+        """Clip the gradient norm, take the optimizer step and advance the LR schedule.
+
+        ``lr_position``: the schedule position after this update, in schedule units (the
+        trainer's :func:`~fastrl.training.geometry.lr_positions`: ``updates_per_step_estimate``
+        units per RL step); None advances the schedule by one unit. The LR returned
+        (``actor/lr``) is the one the schedule sets for the next update.
+
+        Raises:
+            ValueError: ``lr_position`` is negative or not finite.
+        """
+        if lr_position is not None and not (0 <= lr_position < float("inf")):
+            raise ValueError(f"lr_position must be a finite number of schedule units >= 0, got {lr_position!r}")
         ok, grad_norm, _ = self.optimizer.step()
-        self.scheduler.step(increment=1)
+        if lr_position is None:
+            self.scheduler.step(increment=1)
+        else:
+            self.scheduler.num_steps = lr_position
+            self.scheduler.step(increment=0)
         return {
             "actor/grad_norm": float(grad_norm) if grad_norm is not None else float("nan"),
             "actor/lr": float(self.optimizer.param_groups[0]["lr"]),
             "actor/update_skipped": float(not ok),
         }
 
-    def update(self, batch: PolicyBatch, micro_sizes: list[int] | None = None) -> dict[str, float]:
-        """One optimizer step on this DP rank's share of a mini-batch; global metrics."""
+    def update(
+        self, batch: PolicyBatch, micro_sizes: list[int] | None = None, *, lr_position: int | float | None = None
+    ) -> dict[str, float]:
+        """One optimizer step on this DP rank's share of a mini-batch; global metrics
+        (``lr_position``: :meth:`step`)."""
         metrics = self.forward_backward(batch, micro_sizes)
-        metrics.update(self.step())
+        metrics.update(self.step(lr_position=lr_position))
         return metrics

@@ -11,7 +11,10 @@ One place for every rule (see docs/parallelism.md, "Micro-batches and the loss")
   batch) is padded with zero-weight rows instead (:func:`fit_to_micro_batches`);
 - each rank splits its rows into :func:`mini_batch_sizes`, one optimizer update each
   (``algorithm.ppo_epochs`` passes), :func:`rank_mini_batch_rows` rollouts per update;
-- the LR schedule is sized by :func:`updates_per_step_estimate`.
+- the LR schedule is sized by :func:`updates_per_step_estimate` units per step and scheduled on
+  the RL step (:func:`lr_positions`): the ``j``-th of the ``u`` updates of step ``s`` sets the
+  schedule to ``(s - 1 + j / u) x U``, so every step ends at ``s x U`` and the decay completes
+  at the last step whatever number of updates the steps make.
 
 Two geometries (``pruning.refill_to``; docs/algorithm.md, "Update geometry"):
 
@@ -25,9 +28,10 @@ Two geometries (``pruning.refill_to``; docs/algorithm.md, "Update geometry"):
   budget (:func:`token_micro_batches`, ``trainer.micro_batch_tokens``) or by
   ``parallel.micro_batch_size`` rows (the last may be shorter). The loss is a token mean over the
   GLOBAL token count of the update (:class:`~fastrl.training.actor.Actor`), so neither the cut
-  nor the DP split changes the loss or the gradient. The LR schedule then counts exactly the
-  updates that run (``steps x updates_per_step_estimate``), so a linear/cosine decay completes
-  whatever MDAP keeps or ARS chooses.
+  nor the DP split changes the loss or the gradient. The LR schedule has
+  ``steps x updates_per_step_estimate`` units, one per update of a step that makes them all; a
+  step whose ranks hold fewer rows than updates makes fewer, each advancing the schedule by more
+  (:func:`lr_positions`), so a linear/cosine decay completes whatever MDAP keeps or ARS chooses.
 """
 
 from __future__ import annotations
@@ -126,12 +130,40 @@ def rank_mini_batch_rows(cfg: RunConfig, dp_size: int, n: int) -> int:
 
 
 def updates_per_step_estimate(cfg: RunConfig) -> int:
-    """Optimizer updates per step (sizes the LR schedule): ``ppo_epochs x prompts_per_step //
-    mini_batch_prompts``. Exact in the free geometry (every step makes that many, unless a rank
-    holds fewer rollouts than updates); in the mini-batch geometry the count of an unpruned step
-    at the configured n (a pruned step makes fewer, so a decay does not complete there: kept so
-    that ``refill_to=mini_batch`` reproduces the reference runs exactly)."""
+    """Units of the LR schedule per RL step, ``U = ppo_epochs x prompts_per_step //
+    mini_batch_prompts`` (the optimizer updates of an unpruned step; the schedule has
+    ``steps x U`` units, warm-up included, :func:`lr_positions`).
+
+    The updates a step really makes: exactly ``U`` in the free geometry unless a rank holds fewer
+    rows than ``U / ppo_epochs`` (then one per row and pass); in the mini-batch geometry one per
+    mini-batch and pass, fewer than ``U`` on a pruned step. Either way the step still advances the
+    schedule by exactly ``U`` units (:func:`lr_positions`), so the decay completes."""
     return cfg.algorithm.ppo_epochs * max(1, cfg.rollout.prompts_per_step // cfg.trainer.mini_batch_prompts)
+
+
+def lr_positions(step: int, updates: int, per_step: int) -> list[int | float]:
+    """LR-schedule positions of the ``updates`` optimizer updates of RL step ``step`` (1-based):
+    the ``j``-th (``j = 1..updates``) sits at ``(step - 1) x per_step + j x per_step / updates``
+    schedule units (``per_step``: :func:`updates_per_step_estimate`).
+
+    The schedule is thus defined on the RL step: step ``s`` of ``S`` ends at ``s x per_step``
+    whatever number of updates it makes, and the last step of the run ends at the schedule's
+    horizon ``S x per_step`` (the configured minimum LR of a linear or cosine decay). A step that
+    makes ``per_step`` updates gets the integer positions ``(s - 1) x per_step + 1 ..`` (the
+    positions one increment per update gives: runs whose steps all make ``per_step`` updates are
+    unchanged bit for bit); a position is an int whenever it is a whole number.
+
+    Raises:
+        ValueError: ``step``, ``updates`` or ``per_step`` is < 1.
+    """
+    if step < 1 or updates < 1 or per_step < 1:
+        raise ValueError(f"LR positions need step, updates and per_step >= 1, got {step}, {updates}, {per_step}")
+    base = (step - 1) * per_step
+    out: list[int | float] = []
+    for j in range(1, updates + 1):
+        whole, rest = divmod(j * per_step, updates)
+        out.append(base + whole if rest == 0 else base + j * per_step / updates)
+    return out
 
 
 def trim_to_multiple(

@@ -123,7 +123,7 @@ def train_step(run: RunParts, state: TrainState, step: int) -> StepOutput:
         )
         m.update(metrics)
     with timer.phase("update"):                                              # 9. policy update
-        m.update(update_policy(batch, run.actor, cfg, n=n, dp_size=ctx.dp_size))
+        m.update(update_policy(batch, run.actor, cfg, n=n, dp_size=ctx.dp_size, step=step))
     with timer.phase("refit"):                                               # weights -> engine
         m.update(refit(run.engine, run.actor))
     f1, f2 = state.ars.record(list(outcome.kept_per_group.values()))         # ARS statistics

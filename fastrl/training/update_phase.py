@@ -13,11 +13,13 @@ from fastrl.models.provider import export_hf_weights
 from fastrl.training.geometry import (
     equal_micro_batches,
     free_geometry,
+    lr_positions,
     mini_batch_sizes,
     rank_mini_batch_rows,
     token_micro_batches,
     update_shares,
     updates_per_pass,
+    updates_per_step_estimate,
 )
 from fastrl.training.rollout_batch import padding_rows
 
@@ -73,9 +75,14 @@ def add_log_probs(
     return batch, lp_ops.reduce_mismatch_metrics(mismatch)
 
 
-def update_policy(batch: PolicyBatch, actor: "Actor", cfg: RunConfig, *, n: int, dp_size: int) -> Metrics:
-    """``algorithm.ppo_epochs`` passes over this rank's rows; returns the mean of each update
-    metric and ``actor/updates``.
+def update_policy(batch: PolicyBatch, actor: "Actor", cfg: RunConfig, *, n: int, dp_size: int, step: int) -> Metrics:
+    """``algorithm.ppo_epochs`` passes over this rank's rows of RL step ``step`` (1-based); returns
+    the mean of each update metric and ``actor/updates``.
+
+    The LR schedule is set on the RL step (:func:`~fastrl.training.geometry.lr_positions`): the
+    ``u`` updates of the step share its ``U = updates_per_step_estimate`` schedule units equally,
+    so the step ends at ``step x U`` and the run's last step at the horizon, however many
+    updates the geometry makes (``u = U`` unless pruning or short ranks reduce it).
 
     Mini-batch geometry: one optimizer update per mini-batch
     (:func:`~fastrl.training.geometry.mini_batch_sizes`), micro-batches of
@@ -85,13 +92,18 @@ def update_policy(batch: PolicyBatch, actor: "Actor", cfg: RunConfig, *, n: int,
     (:func:`~fastrl.training.geometry.token_micro_batches`).
 
     Every DP rank must run the same number of updates (the gradient all-reduce); the kept count is
-    a multiple of dp_size, so every rank holds the same number of rows and computes the same shares.
+    a multiple of dp_size, so every rank holds the same number of rows and computes the same shares
+    (and the same LR positions).
+
+    Raises:
+        ValueError: ``step < 1``.
     """
     mbs = cfg.parallel.micro_batch_size
     if free_geometry(cfg):
         per = update_shares(len(batch), updates_per_pass(cfg), mbs if equal_micro_batches(cfg) else 1)
     else:
         per = mini_batch_sizes(len(batch), rank_mini_batch_rows(cfg, dp_size, n), mbs)
+    positions = iter(lr_positions(step, len(per) * cfg.algorithm.ppo_epochs, updates_per_step_estimate(cfg)))
     collected: dict[str, list[float]] = {}
     for _ in range(cfg.algorithm.ppo_epochs):
         start = 0
@@ -100,7 +112,7 @@ def update_policy(batch: PolicyBatch, actor: "Actor", cfg: RunConfig, *, n: int,
             micro = None
             if not equal_micro_batches(cfg):
                 micro = token_micro_batches(part.lengths, cfg.trainer.micro_batch_tokens, mbs)
-            out = actor.update(part) if micro is None else actor.update(part, micro_sizes=micro)
+            out = actor.update(part, micro_sizes=micro, lr_position=next(positions))
             start += size
             for k, v in out.items():
                 collected.setdefault(k, []).append(v)
