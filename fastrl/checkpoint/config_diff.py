@@ -82,6 +82,7 @@ HARMLESS_KEYS: tuple[str, ...] = (
     "rollout.refit_bucket_mb",
     "rollout.verify_refit_every",
     "rollout.verify_refit_tolerance",
+    "rollout.mismatch_tolerance",  # a guard's bound: stops a run, never changes what it computes
     "warm_start",
 )
 #: Keys applied to the optimizer, the LR schedule and the run length.

@@ -9,7 +9,18 @@ from typing import Literal
 
 from fastrl.config.fields import _check, _check_finite, _check_seed, doc
 
-__all__ = ["AdaptiveSamplingConfig", "AlgorithmConfig", "PruningConfig", "RolloutConfig"]
+__all__ = ["MISMATCH_TOLERANCE_AUTO", "AdaptiveSamplingConfig", "AlgorithmConfig", "PruningConfig", "RolloutConfig"]
+
+#: ``rollout.mismatch_tolerance='auto'``: the per-step mismatch guard's bound for each
+#: ``precision.mode`` (mean |logp_engine - logp_trainer| over a step's sampled tokens). fp32: every
+#: healthy step measured in this repository is <= 2.2e-7 (6,720 steps of bench/results, HF engine;
+#: ~1e-7 with the vLLM engine process, docs/engine.md), the largest single token 1.7e-5, and the
+#: fp32 tests bound even the per-token maximum by 1e-4 -- so 1e-4 is ~500x above healthy and
+#: ~1,000x below the stale-weight step of issue 33 (0.134). bf16: a bf16 actor against fp32 log-probs
+#: of the same weights stays below 5e-2 (tests/distributed/test_precision_and_reference.py), the
+#: bound rollout.verify_refit_tolerance's documentation gives for bf16. fp8: FP8 GEMMs in the actor
+#: against a bf16 engine add their own rounding; not measured here (no GPU), so twice the bf16 bound.
+MISMATCH_TOLERANCE_AUTO: dict[str, float] = {"fp32": 1e-4, "bf16": 5e-2, "fp8": 1e-1}
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -76,6 +87,18 @@ class RolloutConfig:
         "(fp32: ~1e-6 seen; bf16 needs ~5e-2); above it the run stops naming the parameter group "
         "that differs most.",
     )
+    mismatch_tolerance: float | Literal["auto"] | None = doc(
+        "auto",
+        "Per-step guard on the engine/trainer log-prob mismatch of the step's sampled tokens "
+        "(mismatch/abs_diff_mean: mean |logp_engine - logp_trainer| over every response token of "
+        "every DP rank, measured before the policy update): above it the step stops with "
+        "RolloutMismatchError before training on those rollouts (a refit that did not reach the "
+        "engine makes the next step's rollouts come from stale weights; checkpoints already saved "
+        "are kept). 'auto': by precision.mode, fp32 1e-4, bf16 5e-2, fp8 1e-1 "
+        "(fastrl/config/algorithm.py::MISMATCH_TOLERANCE_AUTO says what each rests on; healthy fp32 "
+        "steps measure ~1e-7). A number: that bound (> 0), e.g. higher for an engine whose numerics "
+        "differ more from the trainer's; None: off.",
+    )
 
     def __post_init__(self) -> None:
         _check_finite(self, "rollout")
@@ -87,6 +110,11 @@ class RolloutConfig:
         _check(self.refit_bucket_mb > 0, f"rollout.refit_bucket_mb must be > 0, got {self.refit_bucket_mb}")
         _check(self.verify_refit_every >= 0, f"rollout.verify_refit_every must be >= 0, got {self.verify_refit_every}")
         _check(self.verify_refit_tolerance > 0, f"rollout.verify_refit_tolerance must be > 0, got {self.verify_refit_tolerance}")
+        tol = self.mismatch_tolerance
+        _check(
+            tol is None or tol == "auto" or (isinstance(tol, (int, float)) and not isinstance(tol, bool) and tol > 0),
+            f"rollout.mismatch_tolerance must be 'auto', a number > 0, or none (guard off), got {tol!r}",
+        )
         _check(self.n >= 1, f"rollout.n must be >= 1, got {self.n}")
         _check(self.prompts_per_step >= 1, f"rollout.prompts_per_step must be >= 1, got {self.prompts_per_step}")
         _check(self.temperature >= 0, f"rollout.temperature must be >= 0, got {self.temperature}")

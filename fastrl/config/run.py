@@ -10,7 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fastrl.config.algorithm import AdaptiveSamplingConfig, AlgorithmConfig, PruningConfig, RolloutConfig
+from fastrl.config.algorithm import (
+    MISMATCH_TOLERANCE_AUTO,
+    AdaptiveSamplingConfig,
+    AlgorithmConfig,
+    PruningConfig,
+    RolloutConfig,
+)
 from fastrl.config.fields import _check, doc, section
 from fastrl.config.model import ModelConfig, ParallelConfig, PrecisionConfig
 from fastrl.config.nested import build_from_nested
@@ -60,6 +66,11 @@ class RunConfig:
         _check(
             not self.adaptive_sampling.enabled or self.adaptive_sampling.n_min <= n,
             f"adaptive_sampling.n_min ({self.adaptive_sampling.n_min}) must be <= rollout.n ({n})",
+        )
+        _check(
+            self.rollout.mismatch_tolerance != "auto" or self.precision.mode in MISMATCH_TOLERANCE_AUTO,
+            f"rollout.mismatch_tolerance='auto' has no bound for precision.mode={self.precision.mode!r}; "
+            f"set a number (or none)",
         )
         _check(
             self.adaptive_sampling.period != "stage" or self.stage.end_period_at_stage_end,
@@ -141,6 +152,16 @@ class RunConfig:
         nothing before the advantage needs them, i.e. KL is a loss term and not in the reward.
         """
         return self.trainer.logprobs_before_pruning or self.algorithm.kl_in_reward
+
+    @property
+    def mismatch_tolerance(self) -> float | None:
+        """The per-step engine/trainer mismatch guard's bound (``rollout.mismatch_tolerance``, with
+        'auto' resolved by ``precision.mode``: :data:`~fastrl.config.algorithm.MISMATCH_TOLERANCE_AUTO`);
+        None: the guard is off."""
+        tol = self.rollout.mismatch_tolerance
+        if tol == "auto":
+            return MISMATCH_TOLERANCE_AUTO[self.precision.mode]
+        return None if tol is None else float(tol)
 
     def update_multiple(self, dp_size: int, n: int | None = None) -> int:
         """Kept-rollout multiple for Phase-2 refill (spec 2.3).

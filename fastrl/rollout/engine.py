@@ -9,6 +9,12 @@ temperature*: ``log softmax(logits / T)`` over the full vocabulary (``T = 1`` fo
 before top-k / top-p truncation and before token suppression -- the quantity the trainer computes
 for the same tokens (:func:`fastrl.models.logprobs.token_log_probs_from_logits`), so that the
 engine/trainer mismatch measures numerics and stale weights only.
+
+Weight versions: every engine counts the refits it has loaded (``weight_version``, 0 for the
+weights it was built with) and every ``generate`` call may carry the trainer's policy version (its
+count of refits, :attr:`fastrl.training.actor.Actor.policy_version`). An engine whose loaded
+version is behind refuses with :class:`StaleWeightsError` (:func:`check_weight_version`; the
+engine process runs the same check, :func:`fastrl.rollout.engine_wire.stale_weights_message`).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import torch
 
 from fastrl.config import RolloutConfig
+from fastrl.rollout.engine_wire import stale_weights_message
 
 FinishReason = Literal["stop", "length"]
 
@@ -162,22 +169,45 @@ class Rollouts:
         return ids, lps, mask
 
 
+class StaleWeightsError(RuntimeError):
+    """A generate request carried a policy version newer than the weights the engine has loaded:
+    a refit did not reach the engine."""
+
+
+def check_weight_version(engine: str, loaded: int, requested: int | None) -> None:
+    """Refuse to generate from stale weights (module docstring).
+
+    Raises:
+        StaleWeightsError: ``requested`` is not None and ``loaded < requested``.
+    """
+    message = stale_weights_message(engine, loaded, requested)
+    if message is not None:
+        raise StaleWeightsError(message)
+
+
 @runtime_checkable
 class RolloutEngine(Protocol):
     """What the trainer needs from a rollout engine."""
 
+    weight_version: int
+    """Refits loaded so far (0: the weights the engine was built with)."""
+
     def generate(
-        self, prompts: Sequence[RolloutPrompt], n_per_prompt: int | Sequence[int], sampling: SamplingParams
+        self, prompts: Sequence[RolloutPrompt], n_per_prompt: int | Sequence[int], sampling: SamplingParams,
+        *, weight_version: int | None = None,
     ) -> Rollouts:
         """Sample ``n_per_prompt`` responses per prompt (an int for all, or one per prompt; it may
         change from call to call). Raises ``ValueError`` for an empty prompt list, a negative group
-        size, or ``len(n_per_prompt) != len(prompts)``."""
+        size, or ``len(n_per_prompt) != len(prompts)``, and :class:`StaleWeightsError` when
+        ``weight_version`` (the trainer's policy version; None: unchecked) is ahead of the weights
+        the engine has loaded, before generating anything."""
         ...
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> int:
         """Refit: copy weights given by Hugging Face checkpoint names (``model.layers.*``,
-        ``visual.*``, ``lm_head.weight``), consumed one tensor at a time. Returns the number of
-        tensors loaded. Raises ``KeyError`` for an unknown name, ``ValueError`` for a shape mismatch."""
+        ``visual.*``, ``lm_head.weight``), consumed one tensor at a time, then advance
+        ``weight_version`` by one. Returns the number of tensors loaded. Raises ``KeyError`` for an
+        unknown name, ``ValueError`` for a shape mismatch."""
         ...
 
     def sleep(self) -> None:

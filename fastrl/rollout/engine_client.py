@@ -28,9 +28,15 @@ Refit verification: :meth:`score` (the engine's log-probs of given token sequenc
 ``prompt_logprobs``) and :meth:`group_sums` (per parameter group, the engine's sum of squared
 weights), used by :mod:`fastrl.training.refit_verify`.
 
+Weight versions: :attr:`weight_version` counts the refits this client sent; after a refit's last
+bucket was loaded the client tells the engine its new version (``set_weight_version``), and every
+:meth:`generate` request carries the trainer's policy version, which the engine refuses when its
+own is behind (:class:`fastrl.rollout.engine.StaleWeightsError`, not retried).
+
 Test hook: ``skip_transfer=True`` (or ``FASTRL_TEST_SKIP_REFIT_TRANSFER=1`` in the environment)
-makes :meth:`update_weights` consume the weights without sending them -- a stale engine, which the
-refit verification must catch (tests/vllm/test_engine_process.py).
+makes :meth:`update_weights` consume the weights without sending them (nor the new version) -- a
+stale engine, which the refit verification and the generate-time version check must catch
+(tests/vllm/test_engine_process.py).
 """
 
 from __future__ import annotations
@@ -60,7 +66,9 @@ from fastrl.rollout.engine import (
     RolloutPrompt,
     Rollouts,
     SamplingParams,
+    StaleWeightsError,
     assemble_rollouts,
+    check_weight_version,
     normalize_group_sizes,
 )
 from fastrl.rollout.refit_transport import CudaIpcTransport, SharedMemoryTransport
@@ -307,6 +315,8 @@ class EngineProcessClient:
     def _call(self, request: dict, timeout: float | None = None) -> dict:
         self._send(request)
         reply = self._receive(request["op"], self.timeout_s if timeout is None else timeout)
+        if not reply.get("ok") and reply.get("kind") == wire.STALE_WEIGHTS:
+            raise StaleWeightsError(f"{self.name}: {reply.get('error')}")  # not an engine failure: no restart
         if not reply.get("ok"):
             raise EngineError(f"{self.name}: {request['op']} failed: {reply.get('error')}")
         return reply
@@ -324,6 +334,7 @@ class EngineProcessClient:
         resident = self.transport.resident()
         if resident and not self.skip_transfer:
             self._call({"op": "load_weights", "buckets": resident})
+            self._call({"op": "set_weight_version", "version": self.weight_version})
 
     def health(self) -> dict:
         """The engine's pid (raises :class:`EngineError` when it is dead or hung)."""
@@ -358,10 +369,14 @@ class EngineProcessClient:
         self._call({"op": "reset_prefix_cache"})
 
     def generate(
-        self, prompts: Sequence[RolloutPrompt], n_per_prompt: int | Sequence[int], sampling: SamplingParams
+        self, prompts: Sequence[RolloutPrompt], n_per_prompt: int | Sequence[int], sampling: SamplingParams,
+        *, weight_version: int | None = None,
     ) -> Rollouts:
         """Sample responses (see :class:`fastrl.rollout.engine.RolloutEngine`); temperature 0 or 1 only
-        (the engine reports raw log-probs, :mod:`fastrl.rollout.vllm_engine`)."""
+        (the engine reports raw log-probs, :mod:`fastrl.rollout.vllm_engine`). ``weight_version`` goes
+        with the request: the engine process refuses it (:class:`StaleWeightsError`) when the weights
+        it has loaded (``set_weight_version`` after each refit) are older."""
+        check_weight_version(self.name, self.weight_version, weight_version)  # refits this client never sent
         sizes = normalize_group_sizes(len(prompts), n_per_prompt)
         if sampling.temperature not in (0.0, 1.0):
             raise ValueError(
@@ -376,6 +391,7 @@ class EngineProcessClient:
             "prompts": [prompts[i].text for i in asked],
             "images": [[_png(im) for im in prompts[i].images] for i in asked],
             "sizes": [sizes[i] for i in asked], "seeds": [int(seeds[i]) for i in asked],
+            "weight_version": None if weight_version is None else int(weight_version),
             "sampling": {"temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k,
                          "max_tokens": sampling.max_tokens,
                          "stop_token_ids": list(sampling.stop_token_ids) if sampling.stop_token_ids is not None else None},
@@ -453,6 +469,7 @@ class EngineProcessClient:
                     self._send(request)
                     return request["op"]
             count, nbytes = self.transport.send(tracked(), load=load, wait=self._wait_ok)
+            self._call({"op": "set_weight_version", "version": self.weight_version + 1})  # every bucket loaded
         elapsed = time.perf_counter() - start
         self.last_group_sums.update(sums)
         self.weight_version += 1

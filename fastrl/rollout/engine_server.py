@@ -93,6 +93,7 @@ class Server:
         self.weights_awake = True
         self._maps: dict[str, tuple[int, mmap.mmap]] = {}
         self.received: dict[str, float] = self._initial_sums(Path(spec["model"]))
+        self.weight_version = 0  # refits loaded (set_weight_version, after each refit's last bucket)
         generation = self.llm.llm_engine.model_config.try_get_generation_config()
         eos = generation.get("eos_token_id", spec.get("eos_token_id"))
         self.default_stop = list(eos) if isinstance(eos, (list, tuple)) else [int(eos)]
@@ -112,11 +113,20 @@ class Server:
     # ---- operations ------------------------------------------------------------------------
 
     def op_health(self, req: dict) -> dict:
-        return {"pid": os.getpid()}
+        return {"pid": os.getpid(), "weight_version": self.weight_version}
+
+    def op_set_weight_version(self, req: dict) -> dict:
+        """The client's word that every bucket of refit ``version`` (or a restart's replay) was loaded."""
+        self.weight_version = int(req["version"])
+        return {}
 
     def op_generate(self, req: dict) -> dict:
         from vllm import SamplingParams
 
+        stale = wire.stale_weights_message(
+            f"the vLLM engine process (pid {os.getpid()})", self.weight_version, req.get("weight_version"))
+        if stale is not None:  # refused before anything is generated
+            return wire.error_reply(stale, wire.STALE_WEIGHTS)
         s = req["sampling"]
         stop = s["stop_token_ids"] if s["stop_token_ids"] is not None else self.default_stop
         params = [

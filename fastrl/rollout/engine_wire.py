@@ -15,10 +15,14 @@ Operations (request fields -> reply fields):
 
 * ``ready`` (sent by the server once, unasked): ``pid``, ``vllm_version``, ``default_stop_token_ids``.
 * ``generate``: ``prompts`` (texts), ``images`` (per prompt, PNG bytes), ``sizes``, ``seeds``, ``sampling`` (temperature, top_p, top_k,
-  max_tokens, stop_token_ids) -> ``outputs``: per sent prompt ``{"prompt_token_ids", "completions":
-  [(token_ids, logprobs, finish_reason)]}`` and ``time_s``.
+  max_tokens, stop_token_ids), ``weight_version`` (the trainer's refit count, or None: unchecked) ->
+  ``outputs``: per sent prompt ``{"prompt_token_ids", "completions": [(token_ids, logprobs,
+  finish_reason)]}`` and ``time_s``; an engine whose loaded weight version is behind
+  ``weight_version`` refuses with kind ``"stale_weights"`` (:func:`stale_weights_message`).
 * ``load_weights``: ``buckets``: list of ``(path, entries)``, entries ``(name, dtype, shape, offset,
   nbytes)`` -> ``count``.
+* ``set_weight_version``: ``version`` -> (nothing): sent by the client after every bucket of a refit
+  (or of a restart's replay) was loaded; the engine's loaded weight version from then on.
 * ``score``: ``sequences`` (token ids), ``starts`` (index of the first scored token) -> ``logprobs``
   (per sequence, the log-probs of tokens ``starts[i]:``).
 * ``group_sums``: -> ``sums``: per parameter group (:func:`weight_group`), the sum of squares of the
@@ -78,6 +82,25 @@ def error_reply(error: BaseException | str, kind: str = "error") -> dict:
     """A failure reply with a one-line message."""
     text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
     return {"ok": False, "error": " ".join(str(text).split())[:2000], "kind": kind}
+
+
+#: Error kind of a generate request refused because the engine's weights are older than the trainer's.
+STALE_WEIGHTS = "stale_weights"
+
+
+def stale_weights_message(engine: str, loaded: int, requested: int | None) -> str | None:
+    """Why an engine holding weight version ``loaded`` must not generate for the trainer's policy
+    version ``requested`` (its count of refits), or None when it may (``requested`` None: unchecked,
+    or ``loaded >= requested``). Shared by every engine (the in-process ones and the engine process)
+    so that the check and its message are one."""
+    if requested is None or loaded >= requested:
+        return None
+    return (
+        f"{engine} holds weight version {loaded} but the trainer asked to generate with policy version "
+        f"{requested}: {requested - loaded} refit(s) did not reach the engine, so these rollouts would come "
+        f"from stale weights; nothing was generated. Check the refit path (transport, engine log); "
+        f"docs/engine.md, 'Stale weights'"
+    )
 
 
 _LAYER_PREFIX = re.compile(r"^(.*?\.(?:layers|blocks)\.\d+)\.")

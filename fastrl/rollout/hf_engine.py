@@ -42,6 +42,7 @@ from fastrl.rollout.engine import (
     RolloutPrompt,
     Rollouts,
     SamplingParams,
+    check_weight_version,
     normalize_group_sizes,
 )
 
@@ -329,13 +330,16 @@ class HFRolloutEngine:
 
     @torch.no_grad()
     def generate(
-        self, prompts: Sequence[RolloutPrompt], n_per_prompt: int | Sequence[int], sampling: SamplingParams
+        self, prompts: Sequence[RolloutPrompt], n_per_prompt: int | Sequence[int], sampling: SamplingParams,
+        *, weight_version: int | None = None,
     ) -> Rollouts:
         """Sample responses (see :class:`fastrl.rollout.engine.RolloutEngine`).
 
         Raises:
             ValueError: bad group sizes, or a prompt with images for a text-only model.
+            StaleWeightsError: ``weight_version`` is ahead of :attr:`weight_version` (a lost refit).
         """
+        check_weight_version("the Hugging Face rollout engine", self.weight_version, weight_version)
         sizes = normalize_group_sizes(len(prompts), n_per_prompt)
         generator = self._new_generator(sampling.seed) if sampling.seed is not None else self._generator
         stop_ids = sampling.stop_token_ids if sampling.stop_token_ids is not None else self.default_stop_token_ids

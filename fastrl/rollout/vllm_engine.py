@@ -53,6 +53,7 @@ from fastrl.rollout.engine import (
     Rollouts,
     SamplingParams,
     assemble_rollouts,
+    check_weight_version,
     normalize_group_sizes,
 )
 from fastrl.rollout.engine_wire import weight_group  # noqa: F401  (re-exported: the refit unit)
@@ -181,15 +182,18 @@ class VLLMRolloutEngine:
                 self._prefix_cache_stale = False
 
     def generate(
-        self, prompts: Sequence[RolloutPrompt], n_per_prompt: int | Sequence[int], sampling: SamplingParams
+        self, prompts: Sequence[RolloutPrompt], n_per_prompt: int | Sequence[int], sampling: SamplingParams,
+        *, weight_version: int | None = None,
     ) -> Rollouts:
         """Sample responses (see :class:`fastrl.rollout.engine.RolloutEngine`).
 
         Raises:
             ValueError: bad group sizes, or a temperature other than 0 and 1 (module docstring).
+            StaleWeightsError: ``weight_version`` is ahead of :attr:`weight_version` (a lost refit).
         """
         from vllm import SamplingParams as VLLMSamplingParams
 
+        check_weight_version("the in-process vLLM engine", self.weight_version, weight_version)
         sizes = normalize_group_sizes(len(prompts), n_per_prompt)
         if sampling.temperature not in (0.0, 1.0):
             raise ValueError(

@@ -93,6 +93,12 @@ class Actor:
         total_steps: units of the LR schedule (its horizon): RL steps x
             :func:`~fastrl.training.geometry.updates_per_step_estimate`.
         temperature: sampling temperature of the rollouts (log-probs use the same).
+
+    Attributes:
+        policy_version: the trainer's count of refits (weights sent to the rollout engine since it
+            was built; :func:`fastrl.training.update_phase.refit`). Every generate request carries
+            it, and an engine whose loaded weights are older refuses
+            (:class:`fastrl.rollout.engine.StaleWeightsError`).
     """
 
     def __init__(
@@ -114,6 +120,7 @@ class Actor:
         self.algorithm = algorithm
         self.micro_batch_size = parallel.micro_batch_size
         self.temperature = temperature
+        self.policy_version = 0
         self.optimizer = build_optimizer(policy, optimizer, parallel, precision)
         self.scheduler = build_lr_scheduler(self.optimizer, optimizer, total_steps)
         config = policy.chunks[0].config

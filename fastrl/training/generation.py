@@ -29,10 +29,13 @@ def prompts_this_step(rollout: RolloutConfig, n: int) -> int:
 
 def generate(
     engine: RolloutEngine, prompts: PromptSource, items: Sequence[tuple[int, Record]], n: int, *,
-    rollout: RolloutConfig, seed: int, dp_rank: int,
+    rollout: RolloutConfig, seed: int, dp_rank: int, weight_version: int | None = None,
 ) -> Rollouts:
     """``n`` responses to each prompt of ``items``, sampled with a seed derived from
     ``(rollout.seed, seed, dp_rank)``; the engine is woken for the call and put back to sleep.
+    ``weight_version`` (the trainer's policy version, ``actor.policy_version``) goes with the
+    request: an engine holding older weights raises
+    :class:`~fastrl.rollout.engine.StaleWeightsError`.
 
     With model parallelism (TP or PP > 1) the rollouts are generated once per model-parallel group,
     on its first rank, and broadcast to the peers (:func:`collectives.broadcast_object_model_parallel`),
@@ -47,7 +50,7 @@ def generate(
         sampling = SamplingParams.for_training(rollout, seed=derive_seed(rollout.seed, seed, dp_rank))
         engine.wake()
         try:
-            result = engine.generate(chosen, n, sampling)
+            result = engine.generate(chosen, n, sampling, weight_version=weight_version)
         except Exception as err:  # noqa: BLE001 - re-raised below, after the peers have heard of it
             result = err
         finally:

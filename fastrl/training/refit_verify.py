@@ -9,8 +9,17 @@ between what the trainer sent and what the engine holds (per-group sums of squar
 reports what it loaded). Anchors: Megatron-LM ``--rl-verify-model-weights-swap``, slime
 ``--check-weight-update-equal``.
 
-The per-step engine/trainer mismatch on sampled tokens (``mismatch/*``) stays; this check is
-independent of sampling and catches a stale engine even when it happens to sample alike.
+This check is independent of sampling and catches a stale engine even when it happens to sample
+alike. Two cheaper guards run at every step:
+
+* the weight version: every generate request carries the trainer's refit count
+  (``actor.policy_version``) and an engine whose loaded weights are older refuses
+  (:class:`fastrl.rollout.engine.StaleWeightsError`);
+* the per-step mismatch guard, :func:`check_rollout_mismatch`: the step's measured engine/trainer
+  log-prob mismatch on its sampled tokens (``mismatch/abs_diff_mean``) above
+  ``rollout.mismatch_tolerance`` (per precision) stops the step before its policy update
+  (:class:`RolloutMismatchError`), so stale rollouts are never trained on, whatever the
+  verification schedule.
 """
 
 from __future__ import annotations
@@ -28,6 +37,36 @@ PROBE_RESPONSE_TOKENS = 12
 
 class RefitVerificationError(RuntimeError):
     """The engine's log-probs on the probe differ from the trainer's beyond the tolerance."""
+
+
+class RolloutMismatchError(RuntimeError):
+    """A step's rollouts: the engine's log-probs of the sampled tokens differ from the trainer's
+    beyond ``rollout.mismatch_tolerance``; the step stopped before its policy update."""
+
+
+def check_rollout_mismatch(metrics: dict[str, float], *, tolerance: float | None, step: int, setting: str = "") -> None:
+    """The per-step mismatch guard (module docstring): raise when the step's
+    ``mismatch/abs_diff_mean`` (already reduced over DP, so every rank decides alike) exceeds
+    ``tolerance`` (None: off). ``setting`` says where the tolerance came from, for the message.
+
+    Raises:
+        RolloutMismatchError: naming the step, the measured value, the tolerance and what to do.
+    """
+    if tolerance is None:
+        return
+    mean = metrics["mismatch/abs_diff_mean"]
+    if not mean > tolerance and mean == mean:  # nan fails too
+        return
+    worst = metrics.get("mismatch/abs_diff_max", float("nan"))
+    raise RolloutMismatchError(
+        f"step {step}: the rollout engine's log-probs of the sampled tokens differ from the trainer's: "
+        f"mismatch/abs_diff_mean = {mean:.3g} > rollout.mismatch_tolerance = {tolerance:g}{setting} "
+        f"(largest token {worst:.3g}). The step stopped before its policy update: nothing was trained on "
+        f"these rollouts, and checkpoints already saved are intact. A jump like this usually means the "
+        f"engine generated with stale weights (a refit that did not reach it): check the refit path and run "
+        f"with rollout.verify_refit_every=1 to name the parameter group that differs; if the engine's "
+        f"numerics legitimately differ more from the trainer's, raise rollout.mismatch_tolerance (none: off)"
+    )
 
 
 @dataclass(frozen=True)

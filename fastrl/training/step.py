@@ -20,6 +20,7 @@ from fastrl.training.geometry import equal_micro_batches
 from fastrl.training.parts import RunParts
 from fastrl.training.prompt_skip import record_rewards, skip_prompts, skipper_of
 from fastrl.training.prune_phase import prune, repartition_kept
+from fastrl.training.refit_verify import check_rollout_mismatch
 from fastrl.training.rollout_batch import ScoredRollouts, sequence_multiple, to_policy_batch
 from fastrl.training.scoring import compute_advantages, dynamic_sampling, kl_in_reward, score
 from fastrl.training.seeds import derive_seed
@@ -68,7 +69,8 @@ def train_step(run: RunParts, state: TrainState, step: int) -> StepOutput:
                 prompts = dataclasses.replace(prompts, items=kept)
                 m.update(metrics)
             rollouts = generate(
-                run.engine, run.prompts, prompts.items, n, rollout=cfg.rollout, seed=seed, dp_rank=ctx.dp_rank
+                run.engine, run.prompts, prompts.items, n, rollout=cfg.rollout, seed=seed, dp_rank=ctx.dp_rank,
+                weight_version=run.actor.policy_version,                     # stale engine: StaleWeightsError
             )
         with timer.phase("reward"):                                          # 3. rewards
             scored, metrics = score(run.scorer, prompts, rollouts, cfg, health=run.reward_health)
@@ -95,12 +97,14 @@ def train_step(run: RunParts, state: TrainState, step: int) -> StepOutput:
     mbs = cfg.parallel.micro_batch_size
     lp_tokens = 0 if equal_micro_batches(cfg) else cfg.trainer.micro_batch_tokens  # token-budget old/ref passes
     early = cfg.logprobs_before_pruning
+    tolerance_note = f" ('auto' for precision.mode={cfg.precision.mode})" if cfg.rollout.mismatch_tolerance == "auto" else ""
     if early:                                                                # old/ref on the full batch,
         batch = policy_batch(scored)                                         # before the advantages
         batch, metrics = add_log_probs(
             batch, run.actor, run.reference, micro_batch_size=mbs, phase=timer.phase, micro_batch_tokens=lp_tokens
         )
         m.update(metrics)
+        check_rollout_mismatch(metrics, tolerance=cfg.mismatch_tolerance, step=step, setting=tolerance_note)
         rewards = None
         if cfg.algorithm.kl_in_reward:                                       # reward - beta x sum_t KL_t
             rewards, metrics = kl_in_reward(scored, batch, cfg.algorithm)
@@ -122,6 +126,7 @@ def train_step(run: RunParts, state: TrainState, step: int) -> StepOutput:
             batch, run.actor, run.reference, micro_batch_size=mbs, phase=timer.phase, micro_batch_tokens=lp_tokens
         )
         m.update(metrics)
+        check_rollout_mismatch(metrics, tolerance=cfg.mismatch_tolerance, step=step, setting=tolerance_note)
     with timer.phase("update"):                                              # 9. policy update
         m.update(update_policy(batch, run.actor, cfg, n=n, dp_size=ctx.dp_size, step=step))
     with timer.phase("refit"):                                               # weights -> engine

@@ -122,11 +122,13 @@ def update_policy(batch: PolicyBatch, actor: "Actor", cfg: RunConfig, *, n: int,
 
 
 def refit(engine: Any, actor: "Actor") -> Metrics:
-    """Stream the actor's weights (Hugging Face names, full tensors) into the rollout engine; an
+    """Stream the actor's weights (Hugging Face names, full tensors) into the rollout engine and
+    count the refit (``actor.policy_version``, the version every later generate request carries); an
     engine process (``rollout.engine='vllm'``) adds its transfer metrics (``refit/bytes``,
     ``refit/time_s``, ``refit/mb_per_s``) and, when due, the refit verification
     (:mod:`fastrl.training.refit_verify`; raises ``RefitVerificationError``)."""
     count = engine.update_weights(export_hf_weights(actor.policy))
+    actor.policy_version += 1
     m = {"refit/tensors": float(count), **getattr(engine, "refit_metrics", {})}
     if getattr(engine, "verify_due", False):
         from fastrl.training.refit_verify import actor_probe_logprobs, verify_refit

@@ -111,6 +111,7 @@ def validate(
     batch_prompts: int = 256,
     threshold: float = 0.5,
     should_stop: Callable[[], bool] | None = None,
+    weight_version: int | None = None,
 ) -> dict[str, float]:
     """Decode ``n`` responses per validation prompt, grade them, and summarize.
 
@@ -124,6 +125,8 @@ def validate(
             run it must give every rank the same answer, e.g. a MAX all-reduce of the stop flag).
             When it returns True the validation is abandoned: nothing partial is returned (a
             partial accuracy would be another question set's, not comparable with the best one).
+        weight_version: the trainer's policy version, carried by every generate request (an engine
+            holding older weights raises :class:`~fastrl.rollout.engine.StaleWeightsError`).
 
     Raises:
         ValidationStopped: ``should_stop`` returned True before the last chunk.
@@ -136,7 +139,7 @@ def validate(
         if should_stop is not None and should_stop():
             raise ValidationStopped(begin, len(prompts))
         chunk = prompts[begin : begin + batch_prompts]
-        rollouts = engine.generate(chunk, n, sampling)
+        rollouts = engine.generate(chunk, n, sampling, weight_version=weight_version)
         truths = [records[begin + i].answer for i in rollouts.prompt_index]
         results.extend(scorer.score(rollouts.response_texts, truths))
     metrics = summarize_validation(records, results, n, threshold=threshold)
@@ -156,6 +159,7 @@ def validate_policy(run: "RunParts", should_stop: Callable[[], bool] | None = No
         return validate(
             run.engine, prompts, run.val, run.scorer, sampling, n=cfg.rollout.val_n,
             threshold=cfg.reward.accuracy_threshold, should_stop=should_stop,
+            weight_version=run.actor.policy_version,
         )
     finally:
         run.engine.sleep()

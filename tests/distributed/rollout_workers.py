@@ -18,9 +18,10 @@ class RankSkewedEngine:
         self.engine, self.rank, self.calls = engine, rank, 0
         self.pad_token_id = engine.pad_token_id
 
-    def generate(self, prompts, n, sampling):
+    def generate(self, prompts, n, sampling, *, weight_version=None):
         self.calls += 1
-        return self.engine.generate(prompts, n, replace(sampling, seed=(sampling.seed or 0) + 1000 * self.rank))
+        return self.engine.generate(prompts, n, replace(sampling, seed=(sampling.seed or 0) + 1000 * self.rank),
+                                    weight_version=weight_version)
 
     def wake(self) -> None:
         pass

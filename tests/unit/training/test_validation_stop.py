@@ -16,7 +16,7 @@ class _Engine:
     def __init__(self):
         self.chunks: list[int] = []
 
-    def generate(self, prompts, n, sampling):
+    def generate(self, prompts, n, sampling, *, weight_version=None):
         self.chunks.append(len(prompts))
         k = len(prompts)
         return types.SimpleNamespace(prompt_index=[i for i in range(k) for _ in range(n)], response_texts=["a"] * (k * n))
