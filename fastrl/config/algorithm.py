@@ -48,8 +48,9 @@ class RolloutConfig:
     )
     suppress_special_tokens: bool = doc(
         True,
-        "Never sample image/video/vision-start/end, bos or pad tokens (a sampled image placeholder "
-        "breaks the next forward pass).",
+        "Never sample bos, pad, unk or padded-vocabulary tokens. Vision tokens (image/video "
+        "placeholders, vision start/end/pad) are never sampled whatever this setting: a response "
+        "holding an image placeholder cannot be scored by the policy's forward pass.",
     )
     keep_rollout_budget_constant: bool = doc(
         False,

@@ -14,7 +14,8 @@ Failure handling:
   naming the interpreter, the reason, and the install command.
 * at run time: every request waits at most ``timeout_s``; a dead engine (checked several times a
   second) or one that does not answer raises :class:`EngineError`, one line naming the engine, its
-  exit status and the tail of its log (stdout + stderr, kept in a file). ``restart_retries`` lets one
+  exit status and the error its log names (stdout + stderr, kept in a file;
+  :func:`fastrl.rollout.engine_log.error_excerpt`). ``restart_retries`` lets one
   :meth:`generate` call restart the engine (the current weights are replayed from the refit's
   shared-memory buckets) and retry.
 * the child dies with the trainer: ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` and a parent-pid watchdog
@@ -71,7 +72,8 @@ from fastrl.rollout.engine import (
     check_weight_version,
     normalize_group_sizes,
 )
-from fastrl.rollout.refit_transport import CudaIpcTransport, SharedMemoryTransport
+from fastrl.rollout.engine_log import log_error_excerpt
+from fastrl.rollout.refit_transport import CudaIpcTransport, SharedMemoryTransport, remove_stale_dirs
 
 logger = logging.getLogger("fastrl.rollout")
 
@@ -112,7 +114,8 @@ class EngineProcessClient:
         model_path: Hugging Face model directory (the engine's initial weights).
         python: the engine environment's interpreter.
         seed: engine seed; per-prompt request seeds are drawn from it when a call has no seed.
-        suppress_special_tokens: never sample vision, bos, pad, unk or padded-vocabulary tokens.
+        suppress_special_tokens: never sample bos, pad, unk or padded-vocabulary tokens (vision tokens
+            are never sampled).
         timeout_s: longest wait for any reply after start-up.
         startup_timeout_s: longest wait for the engine to start (vLLM import and model load).
         restart_retries: engine restarts one :meth:`generate` call may use.
@@ -161,7 +164,7 @@ class EngineProcessClient:
         tokenizer_dir = subdir if (subdir / "tokenizer.json").is_file() else self.model_path
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
         config = AutoConfig.from_pretrained(self.model_path)
-        self.suppressed_ids = suppressed_token_ids(config, self.tokenizer) if suppress_special_tokens else []
+        self.suppressed_ids = suppressed_token_ids(config, self.tokenizer, special_tokens=suppress_special_tokens)
         suppressed = set(self.suppressed_ids)
         allowed = [i for i in range(len(self.tokenizer)) if i not in suppressed] if suppressed else None
         eos = config.get_text_config().eos_token_id
@@ -176,7 +179,8 @@ class EngineProcessClient:
             "allowed_token_ids": allowed, "eos_token_id": eos, "llm_kwargs": dict(llm_kwargs or {}),
         }
         self._env = dict(env or {})
-        self._workdir = Path(tempfile.mkdtemp(prefix="fastrl-engine-"))
+        remove_stale_dirs(Path(tempfile.gettempdir()), "fastrl-engine")  # left by SIGKILLed trainers
+        self._workdir = Path(tempfile.mkdtemp(prefix=f"fastrl-engine-{os.getpid()}-"))
         self.log_path = Path(log_path) if log_path else self._workdir / "engine.log"
         if transport not in ("shm", "cuda_ipc"):
             raise ValueError(f"transport must be 'shm' or 'cuda_ipc', got {transport!r}")
@@ -250,12 +254,9 @@ class EngineProcessClient:
         logger.info("%s: pid %s, vLLM %s, %s", self.name, ready["pid"], ready["vllm_version"], self.python)
 
     def _log_tail(self, chars: int = 600) -> str:
-        try:
-            data = self.log_path.read_bytes()[-8192:].decode("utf-8", "replace")
-        except OSError:
-            return "<no log>"
-        lines = [ln for ln in data.splitlines() if ln.strip()]
-        return " | ".join(lines[-6:])[-chars:]
+        """The cause of the engine's death as its log tells it (:func:`fastrl.rollout.engine_log.error_excerpt`)."""
+        where = "" if self.log_path.parent == self._workdir else f" (whole log: {self.log_path})"
+        return log_error_excerpt(self.log_path, chars) + where
 
     def _kill(self) -> None:
         proc = self.proc

@@ -46,7 +46,7 @@ from fastrl.rollout.engine import (
     normalize_group_sizes,
 )
 
-# Token names never sampled when suppression is on (looked up in the tokenizer when present).
+# Vision token names, never sampled (looked up in the tokenizer when present).
 _VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>")
 _VISION_CONFIG_IDS = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
 
@@ -137,15 +137,17 @@ def _decode_positions(model: torch.nn.Module, column: int, deltas: torch.Tensor)
     return pos.unsqueeze(0).expand(3, -1, -1) if _is_multimodal_rope(model) else pos
 
 
-def suppressed_token_ids(config: Any, tokenizer: Any) -> list[int]:
-    """Token ids that sampling never produces when ``rollout.suppress_special_tokens`` is on.
+def suppressed_token_ids(config: Any, tokenizer: Any, *, special_tokens: bool = True) -> list[int]:
+    """Token ids that sampling never produces.
 
-    Vision tokens (image/video placeholders, vision start/end/pad), the bos, pad and unk tokens,
-    and ids of the padded model vocabulary that the tokenizer does not have
-    (``len(tokenizer) <= id < vocab_size``). A sampled image placeholder would break the next
-    forward pass ("Image features and image tokens do not match"). A stop token that is also in
-    this set (Qwen's ``<|endoftext|>`` is pad and eos) is never sampled; responses then end with
-    the chat end-of-turn token.
+    Vision tokens (image/video placeholders, vision start/end/pad) always: a response holding one
+    cannot be scored, since the policy's forward pass pairs every image placeholder with image
+    features ("Image features and image tokens do not match"). With ``special_tokens``
+    (``rollout.suppress_special_tokens``, the default) also the bos, pad and unk tokens and the ids
+    of the padded model vocabulary that the tokenizer does not have
+    (``len(tokenizer) <= id < vocab_size``). A stop token that is also in this set (Qwen's
+    ``<|endoftext|>`` is pad and eos) is never sampled; responses then end with the chat
+    end-of-turn token.
     """
     text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
     ids: set[int] = set()
@@ -155,6 +157,8 @@ def suppressed_token_ids(config: Any, tokenizer: Any) -> list[int]:
             ids.add(int(value))
     vocab = tokenizer.get_vocab()
     ids.update(vocab[t] for t in _VISION_TOKENS if t in vocab)
+    if not special_tokens:
+        return sorted(i for i in ids if 0 <= i < text_config.vocab_size)
     for value in (
         getattr(text_config, "bos_token_id", None), getattr(text_config, "pad_token_id", None),
         tokenizer.bos_token_id, tokenizer.pad_token_id, tokenizer.unk_token_id,
@@ -225,7 +229,8 @@ class HFRolloutEngine:
         model: a ``Qwen2_5_VLForConditionalGeneration`` or a causal LM (put in eval mode).
         processor: its processor (multimodal) or tokenizer (text-only).
         seed: seed of the engine's random stream (used when ``SamplingParams.seed`` is None).
-        suppress_special_tokens: never sample :func:`suppressed_token_ids`.
+        suppress_special_tokens: also never sample the special tokens of :func:`suppressed_token_ids`
+            (vision tokens are never sampled).
         torch_threads: intra-op threads while generating (None: the process setting); see the
             module docstring for measurements.
         max_num_seqs: most rows decoded at once; larger requests run in consecutive chunks of
@@ -260,7 +265,7 @@ class HFRolloutEngine:
         self._generator = self._new_generator(seed)
         config = model.config
         vocab_size = config.get_text_config().vocab_size
-        self.suppressed_ids = suppressed_token_ids(config, self.tokenizer) if suppress_special_tokens else []
+        self.suppressed_ids = suppressed_token_ids(config, self.tokenizer, special_tokens=suppress_special_tokens)
         self._suppress = torch.zeros(vocab_size, dtype=torch.bool)
         self._suppress[self.suppressed_ids] = True
         self._suppress = self._suppress.to(self.device)

@@ -128,13 +128,18 @@ class _BucketFile:
         self.path.unlink(missing_ok=True)
 
 
-def remove_stale_refit_dirs(base: Path) -> list[Path]:
-    """Remove ``fastrl-refit-<pid>-*`` directories of trainers that no longer run (a trainer killed
-    with SIGKILL cannot remove its own); returns what was removed."""
+def remove_stale_dirs(base: Path, prefix: str) -> list[Path]:
+    """Remove ``<prefix>-<pid>-*`` directories under ``base`` whose trainer process ``pid`` no longer
+    runs (a trainer killed with SIGKILL cannot remove its own); returns what was removed. Nothing is
+    removed where ``/proc`` is missing (no way to tell a live process).
+
+    Used for the refit files (``fastrl-refit``) and the engine process's work directory
+    (``fastrl-engine``: its spec and log).
+    """
     import shutil
 
     removed = []
-    for d in base.glob("fastrl-refit-*-*"):
+    for d in base.glob(f"{prefix}-*-*"):
         pid = d.name.split("-")[2]
         if not pid.isdigit() or Path(f"/proc/{pid}").exists() or not Path("/proc/self").exists():
             continue
@@ -160,7 +165,7 @@ class SharedMemoryTransport:
         if bucket_bytes < 1:
             raise ValueError(f"bucket_bytes must be >= 1, got {bucket_bytes}")
         base = Path(directory) if directory else (Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir()))
-        remove_stale_refit_dirs(base)
+        remove_stale_dirs(base, "fastrl-refit")
         self.dir = Path(tempfile.mkdtemp(prefix=f"fastrl-refit-{os.getpid()}-", dir=base))
         self.bucket_bytes = bucket_bytes
         self.skip_after_first = skip_after_first

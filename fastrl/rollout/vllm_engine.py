@@ -69,7 +69,8 @@ class VLLMRolloutEngine:
         gpu_memory_utilization: fraction of accelerator memory for weights and KV cache.
         seed: engine seed; per-prompt request seeds are drawn from it when a call has no seed.
         enable_sleep_mode: allow :meth:`sleep` / :meth:`wake` (GPU only).
-        suppress_special_tokens: never sample vision, bos, pad, unk or padded-vocabulary tokens.
+        suppress_special_tokens: never sample bos, pad, unk or padded-vocabulary tokens (vision tokens
+            are never sampled).
         refit_bucket_bytes: bytes per weight bucket sent to engine worker processes.
         tokenizer: tokenizer directory; default: ``model_path/tokenizer`` when it exists (the tiny
             models' tokenizer-only copy, see :data:`fastrl.models.tiny.TOKENIZER_SUBDIR`), else
@@ -137,7 +138,7 @@ class VLLMRolloutEngine:
         self._processor = None
         self.weight_version = 0
 
-        self.suppressed_ids = suppressed_token_ids(config, self.tokenizer) if suppress_special_tokens else []
+        self.suppressed_ids = suppressed_token_ids(config, self.tokenizer, special_tokens=suppress_special_tokens)
         suppressed = set(self.suppressed_ids)
         self._allowed_ids = (
             [i for i in range(len(self.tokenizer)) if i not in suppressed] if suppressed else None

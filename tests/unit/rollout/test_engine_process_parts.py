@@ -133,20 +133,6 @@ def test_engine_config_fields_are_checked():
             RolloutConfig(**bad)
 
 
-def test_refit_files_of_dead_trainers_are_removed(tmp_path):
-    import os
-
-    from fastrl.rollout.refit_transport import remove_stale_refit_dirs
-
-    dead = tmp_path / "fastrl-refit-999999999-abc"
-    dead.mkdir()
-    (dead / "live-00000.bin").write_bytes(b"x")
-    alive = tmp_path / f"fastrl-refit-{os.getpid()}-abc"
-    alive.mkdir()
-    assert remove_stale_refit_dirs(tmp_path) == [dead]
-    assert not dead.exists() and alive.exists()
-
-
 def test_pack_flat_round_trips_every_dtype_and_shape():
     """The flat bucket of the CUDA IPC and NCCL transports (packed the same way on any device)."""
     from fastrl.rollout.refit_transport import pack_flat

@@ -220,3 +220,25 @@ def test_text_only_model_and_chunked_batches(tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(whole.response_token_ids, chunked.response_token_ids))
     with pytest.raises(ValueError, match="text tokenizer"):
         engine.generate([RolloutPrompt("what?", (object(),))], 1, params())
+
+
+def test_vision_tokens_are_never_sampled_even_without_special_token_suppression(tiny_vl_dir, easy_vqa_prompts):
+    # rollout.suppress_special_tokens=false: bos / pad / unk become sampleable, vision tokens never.
+    # The output layer is biased so that the image placeholder is the most likely token. Breakage
+    # caught: the build where the setting also un-suppressed vision tokens, whose sampled
+    # placeholder then failed the step's forward pass ("Image features and image tokens do not
+    # match", issue 33, item 2).
+    engine = HFRolloutEngine.from_pretrained(tiny_vl_dir, RolloutConfig(seed=5, suppress_special_tokens=False))
+    config, tok = engine.model.config, engine.tokenizer
+    vision = {config.image_token_id, config.video_token_id, config.vision_start_token_id, config.vision_end_token_id}
+    assert vision <= set(engine.suppressed_ids)
+    assert tok.pad_token_id not in engine.suppressed_ids and tok.bos_token_id not in engine.suppressed_ids
+    head = engine.model.lm_head
+    with torch.no_grad():
+        head.weight[config.image_token_id] = head.weight[config.image_token_id] * 0 + 1.0
+        head.weight[config.image_token_id] *= 50.0 / head.weight[config.image_token_id].norm()
+    rollouts = engine.generate(easy_vqa_prompts, 4, params(temperature=2.0))
+    sampled = set(torch.cat(rollouts.response_token_ids).tolist())
+    assert not sampled & vision
+    lps = teacher_forced(engine, rollouts, temperature=2.0)  # the forward pass that failed
+    assert all(torch.isfinite(lp).all() for lp in lps)
