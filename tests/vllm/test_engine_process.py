@@ -19,7 +19,7 @@ from transformers import AutoModelForCausalLM
 
 from fastrl.config import ModelConfig
 from fastrl.models.tiny import build_tiny_hf_model_dir, build_tiny_text_model_dir
-from fastrl.rollout.engine import PromptInputs, RolloutPrompt, SamplingParams
+from fastrl.rollout.engine import PromptInputs, RolloutPrompt, SamplingParams, StaleWeightsError
 from fastrl.rollout.engine_client import EngineError, EngineProcessClient, EngineStartError
 from fastrl.rollout.hf_engine import teacher_forced_logprobs
 from fastrl.training.refit_verify import RefitVerificationError, verify_refit
@@ -100,7 +100,8 @@ def test_generate_refit_and_verify(setup):
     assert count == len(setup["weights"])
     assert c.refit_metrics["refit/bytes"] == sum(t.numel() * 4 for t in setup["weights"].values())
     assert c.refit_metrics["refit/mb_per_s"] > 0
-    after = c.generate(setup["prompts"], 1, GREEDY)
+    after = c.generate(setup["prompts"], 1, GREEDY, weight_version=c.weight_version)  # the engine is current
+    assert c.health()["weight_version"] == c.weight_version == 2
     assert [t.tolist() for t in after.response_token_ids] != [t.tolist() for t in greedy_before.response_token_ids]
     perturbed_model = AutoModelForCausalLM.from_pretrained(setup["model_dir"], dtype=torch.float32).eval()
     perturbed_model.load_state_dict(setup["perturbed"])
@@ -114,10 +115,19 @@ def test_generate_refit_and_verify(setup):
         c.update_weights(setup["weights"].items())
         with pytest.raises(RefitVerificationError, match=r"largest mismatching parameter group: (lm_head|model\.layers\.1)"):
             verify_refit(c, _hf_probe(model), tolerance=1e-3)
+        # ... and the engine process refuses a generate request carrying the trainer's version (issue 33,
+        # item 3; catches the build where the request carries no version or the engine does not check
+        # it: it generated from the stale weights)
+        assert c.health()["weight_version"] == 2 and c.weight_version == 3
+        with pytest.raises(StaleWeightsError, match=r"vLLM engine process \(pid \d+\) holds weight version 2 but the "
+                                                    r"trainer asked to generate with policy version 3"):
+            c.generate(setup["prompts"], 1, GREEDY, weight_version=c.weight_version)
+        c.health()  # a refusal, not an engine failure: still running, nothing restarted
     finally:
         c.skip_transfer = False
     c.update_weights(setup["weights"].items())
     verify_refit(c, _hf_probe(model), tolerance=1e-4)
+    c.generate(setup["prompts"], 1, GREEDY, weight_version=c.weight_version)
 
 
 def test_killed_engine_is_reported_then_restarted(setup):
@@ -134,8 +144,9 @@ def test_killed_engine_is_reported_then_restarted(setup):
     # restart-and-retry: the perturbed weights are replayed into the new engine
     c.restart_retries = 1
     os.kill(c.proc.pid, signal.SIGKILL) if c.proc.poll() is None else None
-    again = c.generate(setup["prompts"], 1, GREEDY)
+    again = c.generate(setup["prompts"], 1, GREEDY, weight_version=c.weight_version)  # the replay restores the version
     assert [t.tolist() for t in again.response_token_ids] == [t.tolist() for t in expected.response_token_ids]
+    assert c.health()["weight_version"] == c.weight_version
 
 
 def test_hung_engine_is_reported_within_the_bound(setup):
