@@ -82,11 +82,36 @@ def test_fp8_known_bad_combination(monkeypatch):
     assert ok.params_dtype == "bfloat16"
 
 
-def test_transformer_engine_is_not_importable_on_this_machine():
-    # CPU machines cannot import Transformer Engine; the check must say so rather than pretend.
-    import importlib.util
+@pytest.mark.parametrize(
+    ("layers", "available"),
+    [
+        (None, False),  # no transformer_engine package at all (this CPU machine)
+        ("raise OSError('libcudart.so.12: cannot open shared object file')", False),  # core without its torch extension
+        ("", True),  # core and transformer_engine.pytorch both import
+    ],
+    ids=["absent", "core_without_layers", "installed"],
+)
+def test_transformer_engine_availability_needs_the_pytorch_layers(tmp_path, monkeypatch, layers, available):
+    # Fake transformer_engine packages on sys.path. Breakage caught: a check that only looks for the
+    # core package (find_spec alone) calls the broken install available, so fp8 would be accepted
+    # here and fail at the first TE layer on the cluster.
+    import sys
 
-    assert cfg.transformer_engine_available() == (importlib.util.find_spec("transformer_engine") is not None)
+    for name in ("transformer_engine", "transformer_engine.pytorch"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    if layers is not None:
+        package = tmp_path / "transformer_engine"
+        package.mkdir()
+        (package / "__init__.py").write_text("")
+        (package / "pytorch.py").write_text(layers + "\n")
+        monkeypatch.syspath_prepend(str(tmp_path))
+    else:
+        import importlib.util
+
+        assert importlib.util.find_spec("transformer_engine") is None, "this test expects a machine without TE"
+    assert cfg.transformer_engine_available() is available
+    for name in ("transformer_engine", "transformer_engine.pytorch"):
+        sys.modules.pop(name, None)
 
 
 def test_gspo_needs_sequence_aggregation():
