@@ -53,6 +53,31 @@ def test_timeout_must_be_a_finite_positive_number(bad):
         get_reward("easy_vqa", timeout_s=bad)
 
 
-def test_the_bare_function_says_it_is_unbounded():
-    doc = get_reward.__doc__
-    assert "no time limit" in doc and "RewardScorer" in doc and "timeout_s" in doc
+SLOW_REWARD = """
+import os, threading, time
+
+def grade(response, ground_truth):
+    if response == "raise":
+        raise ValueError("cannot parse")
+    time.sleep(float(response))
+    # accuracy 1 only when graded by the test's own process, in its main thread
+    here = os.getpid() == {pid} and threading.current_thread() is threading.main_thread()
+    return 1.0 if here else 0.0
+"""
+
+
+def test_the_bare_function_grades_in_the_calling_thread_without_a_limit(tmp_path):
+    # What get_reward's docstring promises without timeout_s. Breakages caught: a default time limit
+    # (the 1.5 s answer would come back invalid), grading in a worker process or thread (accuracy 0),
+    # a swallowed grader exception (an invalid result instead of the ValueError).
+    import os
+
+    path = tmp_path / "slow_reward.py"
+    path.write_text(SLOW_REWARD.format(pid=os.getpid()))
+    bare = get_reward(f"{path}:grade")
+    start = time.monotonic()
+    result = bare("1.5", "x")
+    assert time.monotonic() - start >= 1.5
+    assert result.valid and result.accuracy == 1.0
+    with pytest.raises(ValueError, match="cannot parse"):
+        bare("raise", "x")
