@@ -6,17 +6,26 @@ With ``val_n > 1`` responses per question, ``val/pass@k`` is the fraction of que
 least one correct response and ``val/accuracy`` the mean over all responses; its standard error
 ``val/accuracy_stderr`` is clustered by question (the ``n`` responses to one question are not
 independent), see :func:`summarize_validation`.
+
+Over data-parallel ranks the questions are split into contiguous shares (:func:`share_bounds`):
+each DP rank decodes and grades its share, the graded results are gathered in question order, and
+every rank summarizes the same full list. The metrics, and the best-checkpoint decision the loop
+takes from them, are then rank 0's on every rank (:func:`validate_policy` broadcasts them: the
+tensor-parallel peers of a DP rank decode the same share with their own engines, which need not
+agree bit for bit on a GPU).
 """
 
 from __future__ import annotations
 
 import math
 import time
+from itertools import chain
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fastrl.data import Record
+from fastrl.distributed import collectives, world
 from fastrl.rollout.engine import RolloutEngine, RolloutPrompt, SamplingParams
 from fastrl.training.seeds import derive_seed
 
@@ -112,8 +121,14 @@ def validate(
     threshold: float = 0.5,
     should_stop: Callable[[], bool] | None = None,
     weight_version: int | None = None,
+    dp_rank: int = 0,
+    dp_size: int = 1,
 ) -> dict[str, float]:
     """Decode ``n`` responses per validation prompt, grade them, and summarize.
+
+    With ``dp_size > 1`` this DP rank decodes only its share of the prompts (:func:`share_bounds`)
+    and the graded results of every share are gathered over the DP group (a collective: every DP
+    rank must call this with the same prompts); each rank then returns the metrics of all prompts.
 
     Args:
         engine: the rollout engine (weights already refit).
@@ -121,6 +136,7 @@ def validate(
         scorer: a :class:`fastrl.rewards.RewardScorer`.
         sampling: validation sampling (greedy when temperature is 0).
         batch_prompts: prompts decoded per chunk.
+        dp_rank / dp_size: this rank's place in the data-parallel group.
         should_stop: called before each chunk of ``batch_prompts`` prompts (in a multi-process
             run it must give every rank the same answer, e.g. a MAX all-reduce of the stop flag).
             When it returns True the validation is abandoned: nothing partial is returned (a
@@ -134,32 +150,57 @@ def validate(
     if len(prompts) != len(records):
         raise ValueError(f"{len(prompts)} prompts for {len(records)} records")
     start = time.perf_counter()
+    total = len(prompts)
+    lo, hi = share_bounds(total, dp_rank, dp_size)
+    largest = max(b - a for a, b in (share_bounds(total, r, dp_size) for r in range(dp_size)))
     results = []
-    for begin in range(0, len(prompts), batch_prompts):
+    for begin in range(0, largest, batch_prompts):  # the same number of chunks (and stop checks) on every rank
         if should_stop is not None and should_stop():
-            raise ValidationStopped(begin, len(prompts))
-        chunk = prompts[begin : begin + batch_prompts]
-        rollouts = engine.generate(chunk, n, sampling, weight_version=weight_version)
-        truths = [records[begin + i].answer for i in rollouts.prompt_index]
+            raise ValidationStopped(min(begin * dp_size, total), total)
+        first, last = lo + begin, min(lo + begin + batch_prompts, hi)
+        if first >= last:
+            continue
+        rollouts = engine.generate(prompts[first:last], n, sampling, weight_version=weight_version)
+        truths = [records[first + i].answer for i in rollouts.prompt_index]
         results.extend(scorer.score(rollouts.response_texts, truths))
+    if dp_size > 1:
+        results = list(chain.from_iterable(collectives.all_gather_objects_dp(results)))
     metrics = summarize_validation(records, results, n, threshold=threshold)
     metrics["val/time_s"] = time.perf_counter() - start
     return metrics
 
 
+def share_bounds(total: int, rank: int, size: int) -> tuple[int, int]:
+    """``[lo, hi)``: the contiguous share of ``total`` items of rank ``rank`` of ``size`` (the first
+    ``total % size`` ranks hold one item more). Concatenated in rank order the shares are
+    ``range(total)``.
+
+    Raises:
+        ValueError: ``size < 1`` or ``rank`` outside ``[0, size)``.
+    """
+    if size < 1 or not 0 <= rank < size:
+        raise ValueError(f"rank {rank} of size {size}: need size >= 1 and 0 <= rank < size")
+    base, extra = divmod(total, size)
+    lo = rank * base + min(rank, extra)
+    return lo, lo + base + (rank < extra)
+
+
 def validate_policy(run: "RunParts", should_stop: Callable[[], bool] | None = None) -> dict[str, float]:
     """:func:`validate` of the run's current policy on its validation records (``rollout.val_*``
-    sampling, a fixed seed: the same questions and sampling at every validation); ``should_stop``
-    as there (raises :class:`ValidationStopped`)."""
+    sampling, a fixed seed: the same questions and sampling at every validation), split over the
+    DP ranks; ``should_stop`` as there (raises :class:`ValidationStopped`). Every rank returns
+    global rank 0's metrics (a broadcast), so that every rank takes the same best-checkpoint
+    decision before the collective save."""
     cfg = run.cfg
     sampling = SamplingParams.for_validation(cfg.rollout, seed=derive_seed(cfg.rollout.seed, 10**9))
     prompts = [run.prompts.prompt_of(r) for r in run.val]
     run.engine.wake()
     try:
-        return validate(
+        metrics = validate(
             run.engine, prompts, run.val, run.scorer, sampling, n=cfg.rollout.val_n,
             threshold=cfg.reward.accuracy_threshold, should_stop=should_stop,
-            weight_version=run.actor.policy_version,
+            weight_version=run.actor.policy_version, dp_rank=run.ctx.dp_rank, dp_size=run.ctx.dp_size,
         )
     finally:
         run.engine.sleep()
+    return world.broadcast_object(metrics)
