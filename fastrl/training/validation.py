@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import math
 import time
-from itertools import chain
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 from fastrl.data import Record
