@@ -68,6 +68,35 @@ def resolve_backend(requested: str) -> str:
     return requested
 
 
+def cuda_device_index(local_rank: int, device_count: int, visible: str | None) -> int:
+    """The CUDA device index (among the visible ones) of the process with ``local_rank``.
+
+    Two ways clusters hand GPUs to tasks: every task of a node sees all its GPUs (``srun
+    --gpus-per-node=8``, torchrun): the device is ``local_rank``; or each task sees only its own
+    (``--gpus-per-task=1``, Slurm binds ``CUDA_VISIBLE_DEVICES`` per task): the device is 0.
+
+    Args:
+        local_rank: the process's rank on its node (``LOCAL_RANK``).
+        device_count: ``torch.cuda.device_count()`` of this process.
+        visible: ``CUDA_VISIBLE_DEVICES`` (for the error message).
+
+    Raises:
+        RuntimeError: no visible GPU, or fewer GPUs than local ranks but more than one (neither
+            layout): the message names both numbers and the Slurm options that give one.
+    """
+    if device_count < 1:
+        raise RuntimeError(f"local rank {local_rank}: no CUDA device is visible (CUDA_VISIBLE_DEVICES={visible!r})")
+    if local_rank < device_count:
+        return local_rank
+    if device_count == 1:
+        return 0
+    raise RuntimeError(
+        f"local rank {local_rank} sees {device_count} GPUs (CUDA_VISIBLE_DEVICES={visible!r}): neither one GPU per "
+        "task nor every GPU of the node; launch one task per GPU with --gpus-per-task=1, or give every task the "
+        "node's GPUs (--gpus-per-node=N with --ntasks-per-node=N)"
+    )
+
+
 def free_port() -> int:
     """An unused TCP port on this machine (for single-process runs and tests)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -89,7 +118,8 @@ def initialize(parallel: ParallelConfig, *, seed: int, timeout_s: float = 600.0)
 
     Raises:
         ConfigError: the world size is not divisible by TP x PP (or differs from parallel.world_size).
-        RuntimeError: NCCL requested without CUDA.
+        RuntimeError: NCCL requested without CUDA, or GPUs handed out in neither usual way
+            (:func:`cuda_device_index`).
     """
     from megatron.core import parallel_state as mpu
     from megatron.core import tensor_parallel
@@ -103,7 +133,10 @@ def initialize(parallel: ParallelConfig, *, seed: int, timeout_s: float = 600.0)
             os.environ.setdefault("MASTER_PORT", str(free_port()))
             os.environ["RANK"], os.environ["WORLD_SIZE"] = "0", "1"
         if backend == "nccl":
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+            local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+            torch.cuda.set_device(
+                cuda_device_index(local_rank, torch.cuda.device_count(), os.environ.get("CUDA_VISIBLE_DEVICES"))
+            )
         dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s))
     world = dist.get_world_size()
     if parallel.world_size is not None and parallel.world_size != world:
