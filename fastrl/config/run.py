@@ -90,6 +90,8 @@ class RunConfig:
                 f"{self.parallel.pipeline_model_parallel_size}): micro-batches are cut by parallel.micro_batch_size "
                 "rows otherwise; set trainer.micro_batch_tokens=0",
             )
+        if self.precision.mode == "fp8" and self.precision.fp8_recipe == "delayed":
+            self._check_equal_fp8_forwards()
         # The launcher's world size is checked again at start-up (Trainer); without
         # parallel.world_size the smallest one (TP x PP processes, dp_size 1) is checked here: a
         # micro-batch that does not divide the mini-batch there divides it at no world size.
@@ -111,6 +113,35 @@ class RunConfig:
                 self.algorithm.advantage_estimator != "rloo" or n >= 2,
                 "DAPO dynamic sampling needs n >= 2",
             )
+
+    def _check_equal_fp8_forwards(self) -> None:
+        """FP8 delayed scaling all-reduces the amax over the data-parallel (x tensor-parallel) group
+        at the end of every FP8 forward (Transformer Engine's ``fp8_autocast`` with megatron's amax
+        reduction group), so every DP rank must run the same number of micro-batches in each pass;
+        a rank with one more waits in that all-reduce forever. Refused: the settings that give DP
+        ranks different micro-batch counts."""
+        why = (
+            "precision.fp8_recipe='delayed' all-reduces the FP8 amax over the data-parallel ranks in every forward, "
+            "so every DP rank must run the same number of micro-batches"
+        )
+        _check(
+            self.trainer.micro_batch_tokens == 0,
+            f"{why}; trainer.micro_batch_tokens={self.trainer.micro_batch_tokens} cuts each rank's rows by its own "
+            "token count (a hang in that all-reduce): set trainer.micro_batch_tokens=0, or precision.fp8_recipe=tensorwise",
+        )
+        uneven = [
+            name for name, on in (
+                ("algorithm.dynamic_sampling", self.algorithm.dynamic_sampling),
+                ("pruning.method='greso'", self.pruning.method == "greso"),
+            ) if on
+        ]
+        _check(
+            not (self.logprobs_before_pruning and uneven),
+            f"{why}; old/reference log-probs on the full batch (trainer.logprobs_before_pruning or "
+            f"algorithm.kl_in_reward) with {' and '.join(uneven)} run on each rank's own number of rows (a hang in "
+            "that all-reduce): compute them after pruning (trainer.logprobs_before_pruning=false, "
+            "algorithm.kl_in_reward=false), or use precision.fp8_recipe=tensorwise",
+        )
 
     def check_layout(self, world_size: int, *, note: str = "") -> None:
         """Validate the update geometry for ``world_size`` processes: when the config is built
