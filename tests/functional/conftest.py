@@ -19,6 +19,11 @@ TINY = [
     "logging.progress_bar=false", "logging.tensorboard=false", "reward.num_workers=1", "trainer.torch_threads=1",
 ]
 
+#: A deterministic reward under which the untrained tiny policy gets non-zero advantages (about half
+#: of its responses score 1; tests/functional/coin_rewards.py). Under the recipe's strict reward it
+#: never answers right, every GRPO advantage is 0 and a run never takes a policy-gradient step.
+COIN_REWARD = "reward.name=tests/functional/coin_rewards.py:one_in_two"
+
 
 def run_train(out_dir: Path, *overrides: str, recipe: str = "easyvqa_tiny_fastrl_grpo_cpu", timeout: int = 600):
     """Run the trainer in a subprocess; returns the CompletedProcess (output captured)."""

@@ -1,9 +1,17 @@
-"""Exact resume: 4 steps straight == 2 steps + resume + 2 steps (bit-identical weights and metrics)."""
+"""Exact resume: 4 steps straight == 2 steps + resume + 2 steps (bit-identical weights and metrics).
+
+The untrained tiny policy never answers right, so under the recipe's strict reward every advantage
+is 0 and the policy-gradient term vanishes: a resume that lost the Adam moments would still look
+exact. The runs use the deterministic coin reward (``tests/functional/coin_rewards.py``: about half
+of the responses score 1), and the test asserts that every step's advantages and gradient are
+non-zero. Breakage checked: skipping ``optimizer.load_state_dict`` on resume
+(``fastrl/checkpoint/io.py``, Adam restarts from zero moments) fails the weight comparison.
+"""
 
 import pytest
 import torch
 
-from tests.functional.conftest import read_jsonl, run_train
+from tests.functional.conftest import COIN_REWARD, read_jsonl, run_train
 
 pytestmark = [pytest.mark.functional, pytest.mark.long(80)]
 
@@ -25,7 +33,7 @@ def _weights(ckpt_dir, tmp_path):
 
 
 def test_two_plus_two_steps_equal_four(tmp_path):
-    common = ["trainer.max_steps=4", "adaptive_sampling.period=steps", "adaptive_sampling.period_steps=2"]
+    common = ["trainer.max_steps=4", "adaptive_sampling.period=steps", "adaptive_sampling.period_steps=2", COIN_REWARD]
     straight = tmp_path / "straight"
     run_train(straight, *common)
     split = tmp_path / "split"
@@ -41,6 +49,8 @@ def test_two_plus_two_steps_equal_four(tmp_path):
     assert sorted(train_a) == sorted(train_b) == [1, 2, 3, 4]
     for step in (1, 2, 3, 4):
         assert train_a[step] == train_b[step], f"step {step} differs"
+        # a trajectory that learns: the policy-gradient term is not 0 (it is under the strict reward)
+        assert train_a[step]["advantage/abs_mean"] > 0.1 and train_a[step]["actor/grad_norm"] > 0, step
     # the adaptive sampler's decision at the period boundary (step 2) survived the restart
     assert train_a[2].get("ars/new_n") == train_b[2].get("ars/new_n")
 
