@@ -35,7 +35,7 @@ class DataConfig:
     val_path: str | None = doc(None, "Validation split file (not used by easy_vqa).")
     template: str = doc(
         "easy_vqa_thinking",
-        "Prompt template: a name under recipes/templates/ (without .jinja) or a path to a .jinja file.",
+        "Prompt template: a name under fastrl/data/templates/ (without .jinja) or a path to a .jinja file.",
     )
     image_size: int = doc(56, "easy_vqa: images are resized to this square size (pixels).")
     min_pixels: int = doc(56 * 56, "Qwen2.5-VL image processor: lower bound on pixels per image.")

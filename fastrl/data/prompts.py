@@ -1,6 +1,8 @@
 """Prompt text from Jinja templates, and filtering of prompts that are too long.
 
-Templates are part of the recipe and live in ``recipes/templates/<name>.jinja``. A template sees
+The built-in templates ship with this package, in ``fastrl/data/templates/<name>.jinja``
+(:data:`TEMPLATE_DIR`); a recipe names one (``data.template``) or gives the path of its own
+``.jinja`` file. A template sees
 ``problem`` (the record's question text), ``num_images`` and ``metadata``; it never sees the
 answer (rendering a template that uses an unknown variable raises). The built-in templates ask for
 ``<thinking>...</thinking>`` reasoning followed by a ``\\boxed{}`` answer, as in the reference
@@ -10,7 +12,6 @@ experiments.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -23,20 +24,13 @@ from fastrl.data.record import LoadReport, Record
 logger = logging.getLogger(__name__)
 
 
-def template_dir() -> Path:
-    """``recipes/templates`` of the installed ``recipes`` package (found without importing it)."""
-    spec = importlib.util.find_spec("recipes")
-    if spec is not None and spec.submodule_search_locations:
-        for location in spec.submodule_search_locations:
-            candidate = Path(location) / "templates"
-            if candidate.is_dir():
-                return candidate
-    return Path(__file__).resolve().parents[2] / "recipes" / "templates"
+#: The built-in prompt templates (package data of ``fastrl``).
+TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 
 
 def list_templates() -> list[str]:
-    """Names of the templates in :func:`template_dir`."""
-    return sorted(p.stem for p in template_dir().glob("*.jinja"))
+    """Names of the built-in templates (in :data:`TEMPLATE_DIR`)."""
+    return sorted(p.stem for p in TEMPLATE_DIR.glob("*.jinja"))
 
 
 def resolve_template(name_or_path: str | Path) -> Path:
@@ -50,11 +44,11 @@ def resolve_template(name_or_path: str | Path) -> Path:
         if not path.is_file():
             raise FileNotFoundError(f"prompt template file {path} does not exist")
         return path
-    candidate = template_dir() / f"{name_or_path}.jinja"
+    candidate = TEMPLATE_DIR / f"{name_or_path}.jinja"
     if candidate.is_file():
         return candidate
     raise FileNotFoundError(
-        f"unknown prompt template {str(name_or_path)!r}; known: {list_templates()} (in {template_dir()}), "
+        f"unknown prompt template {str(name_or_path)!r}; known: {list_templates()} (in {TEMPLATE_DIR}), "
         "or give a path to a .jinja file"
     )
 

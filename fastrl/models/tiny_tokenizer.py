@@ -104,7 +104,7 @@ def base_vocabulary_texts() -> list[str]:
             "Answer the question about the image . Think step by step first , then put the final "
             "answer in \\boxed{} : reason inside <thinking> and </thinking> with your reasoning",
             "( ) { } ? ! .",
-            # recipes/templates/easy_vqa_thinking.jinja
+            # fastrl/data/templates/easy_vqa_thinking.jinja
             "First think briefly inside <thinking> </thinking> tags, then give a one-word answer in \\boxed{}.",
         ]
     )

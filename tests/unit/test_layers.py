@@ -14,7 +14,9 @@ Layers, highest first; a module may import its own package and anything in a low
     base         fastrl.algorithms, fastrl.data, fastrl.rewards   (each imports only the foundation)
     foundation   fastrl.config, fastrl.batch, fastrl.compat       (import nothing else of fastrl)
 
-Every import counts, also one inside a function or under ``TYPE_CHECKING``.
+Every import counts, also one inside a function or under ``TYPE_CHECKING``, and a dynamic one:
+``importlib.import_module``, ``importlib.util.find_spec`` or ``__import__`` of a literal name (a
+module located by ``find_spec`` without being imported still ties this layer to that one).
 """
 
 from __future__ import annotations
@@ -60,12 +62,32 @@ def _modules() -> dict[str, Path]:
     return {_module_name(p): p for p in files if p != REPO / "fastrl" / "__init__.py"}  # the root: a docstring and __version__
 
 
+#: Calls that import or locate a module named by their first argument.
+DYNAMIC_IMPORTS = ("import_module", "find_spec", "__import__")
+
+
+def _dynamic_import(node: ast.Call) -> str | None:
+    """The module a call such as ``importlib.util.find_spec("recipes")`` names (a literal, absolute
+    name; None for any other call)."""
+    func = node.func
+    called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+    if called not in DYNAMIC_IMPORTS or not node.args:
+        return None
+    arg = node.args[0]
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value and not arg.value.startswith("."):
+        return arg.value
+    return None
+
+
 def _imports(name: str, path: Path) -> list[tuple[int, str]]:
-    """``(line, dotted name)`` of every import (``from a import b`` gives ``a.b``)."""
+    """``(line, dotted name)`` of every import (``from a import b`` gives ``a.b``), dynamic ones
+    (:data:`DYNAMIC_IMPORTS`) included."""
     is_package = path.name == "__init__.py"
     out = []
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Import):
+        if isinstance(node, ast.Call) and (target := _dynamic_import(node)) is not None:
+            out.append((node.lineno, target))
+        elif isinstance(node, ast.Import):
             out += [(node.lineno, a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
@@ -105,8 +127,12 @@ def test_every_module_has_a_layer():
     assert not missing, f"modules outside every layer (add them to LAYERS and docs/architecture.md): {missing}"
 
 
-def test_imports_run_one_way():
-    modules = _modules()
+def _rel(path: Path) -> Path:
+    return path.relative_to(REPO) if path.is_relative_to(REPO) else path
+
+
+def _upward_imports(modules: dict[str, Path]) -> list[str]:
+    """``path:line imports module`` for every import of ``modules`` against the layer order."""
     bad = []
     for name, path in modules.items():
         here, own = _layer_of(name), _package_of(name)
@@ -117,7 +143,12 @@ def test_imports_run_one_way():
             there = _layer_of(dep)
             foundation = _layer_of("fastrl.config")
             if there >= here or (here == _layer_of("fastrl.algorithms") and there != foundation) or here == foundation:
-                bad.append(f"{path.relative_to(REPO)}:{line} imports {dep}")
+                bad.append(f"{_rel(path)}:{line} imports {dep}")
+    return bad
+
+
+def test_imports_run_one_way():
+    bad = _upward_imports(_modules())
     assert not bad, "imports against the layer order:\n" + "\n".join(bad)
 
 
@@ -173,10 +204,26 @@ def test_only_the_distributed_package_touches_process_groups():
 
 
 def test_the_rules_catch_a_violation(tmp_path):
-    """The checker itself: an upward import and a plumbing import are found."""
+    """The checker itself: upward imports, static and dynamic, and a plumbing import are found."""
     module = tmp_path / "fastrl" / "data" / "bad.py"
     module.parent.mkdir(parents=True)
-    module.write_text("from fastrl.training.step import train_step\nimport torch.distributed as dist\n")
+    module.write_text(
+        "import importlib\nimport importlib.util\nfrom importlib.util import find_spec\n\n"
+        "from fastrl.training.step import train_step\nimport torch.distributed as dist\n\n\n"
+        "def reach():\n"
+        "    importlib.util.find_spec('recipes')\n"
+        "    importlib.import_module('fastrl.training.step')\n"
+        "    find_spec('fastrl.rollout.engine')\n"
+        "    __import__('fastrl.models')\n"
+        "    importlib.import_module('.prompts', 'fastrl.data')  # relative: not followed\n"
+        "    importlib.import_module(name)  # not a literal: not followed\n"
+    )
     imports = _imports("fastrl.data.bad", module)
-    assert (1, "fastrl.training.step.train_step") in imports and (2, "torch.distributed") in imports
+    assert (5, "fastrl.training.step.train_step") in imports and (6, "torch.distributed") in imports
     assert _layer_of("fastrl.training.step") > _layer_of("fastrl.data.bad")
+    bad = _upward_imports({**_modules(), "fastrl.data.bad": module})
+    mine = sorted(b.removeprefix(f"{module}:") for b in bad if b.startswith(f"{module}:"))
+    assert mine == [
+        "10 imports recipes", "11 imports fastrl.training.step", "12 imports fastrl.rollout.engine",
+        "13 imports fastrl.models", "5 imports fastrl.training.step",
+    ], bad
