@@ -1,4 +1,10 @@
-"""The trainer with two data-parallel ranks (torchrun, gloo): DP-global pruning and re-partition."""
+"""The trainer with two data-parallel ranks (torchrun, gloo): DP-global pruning and re-partition.
+
+The run uses the deterministic coin reward (``tests/functional/coin_rewards.py``) so that the
+untrained policy's advantages are not all 0 (they are under the recipe's strict reward, and then
+pruning has nothing to tell apart and the update changes nothing). Breakage checked: zeroing the
+advantages (``fastrl/algorithms/advantages.py``) fails the non-zero assertions.
+"""
 
 import os
 import subprocess
@@ -6,7 +12,7 @@ import sys
 
 import pytest
 
-from tests.functional.conftest import REPO, TINY, read_jsonl
+from tests.functional.conftest import COIN_REWARD, REPO, TINY, read_jsonl
 
 pytestmark = [pytest.mark.functional, pytest.mark.distributed]
 
@@ -16,7 +22,7 @@ def test_two_data_parallel_ranks(tmp_path):
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
         "-m", "fastrl.train", "--recipe", "easyvqa_tiny_fastrl_grpo_cpu", *TINY,
-        f"logging.output_dir={tmp_path}", "trainer.max_steps=2", "parallel.micro_batch_size=2",
+        f"logging.output_dir={tmp_path}", "trainer.max_steps=2", "parallel.micro_batch_size=2", COIN_REWARD,
     ]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
@@ -29,4 +35,6 @@ def test_two_data_parallel_ranks(tmp_path):
         assert r["prune/kept_rows_this_rank"] * 2 == r["prune/num_kept"]
         assert r["prune/num_kept"] % 2 == 0  # the free geometry keeps a multiple of dp_size, nothing more
         assert r["mismatch/abs_diff_max"] < 1e-4
+        # a trajectory that learns: non-zero advantages reach the update
+        assert r["advantage/abs_mean"] > 0.1 and r["actor/grad_norm"] > 0
     assert (tmp_path / "easyvqa_tiny_fastrl_grpo_cpu" / "FINISHED").exists()

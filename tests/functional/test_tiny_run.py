@@ -1,11 +1,19 @@
-"""The main job, tiny: every phase of a FastRL step runs and its metrics are consistent."""
+"""The main job, tiny: every phase of a FastRL step runs and its metrics are consistent.
+
+The run uses the deterministic coin reward (``tests/functional/coin_rewards.py``): under the recipe's
+strict reward the untrained policy never answers right, every advantage is 0, the update changes
+nothing but weight decay, and a skipped refit or a dead update would pass unnoticed. Breakage
+checked: zeroing the advantages (``fastrl/training/scoring.py``) fails the advantage and gradient
+bounds at step 1.
+"""
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.functional.conftest import read_jsonl, run_train
+from tests.functional.conftest import COIN_REWARD, read_jsonl, run_train
 
 pytestmark = pytest.mark.functional
 
@@ -13,7 +21,9 @@ THRESHOLDS = json.loads((Path(__file__).parent / "tiny_run_thresholds.json").rea
 
 
 def test_tiny_fastrl_run_metrics_within_thresholds(tmp_path):
-    proc = run_train(tmp_path, "trainer.max_steps=3")
+    start = time.monotonic()
+    proc = run_train(tmp_path, "trainer.max_steps=3", COIN_REWARD)
+    wall = time.monotonic() - start
     run_dir = tmp_path / "easyvqa_tiny_fastrl_grpo_cpu"
     assert "validation accuracy:" in proc.stdout + proc.stderr
     records = read_jsonl(run_dir / "metrics.jsonl")
@@ -24,16 +34,31 @@ def test_tiny_fastrl_run_metrics_within_thresholds(tmp_path):
     for r in train:
         for key in THRESHOLDS["required_metrics"]:
             assert key in r, key
-        for phase in THRESHOLDS["required_time_phases"]:
-            assert r[f"time/{phase}"] >= 0.0
+        # every phase is timed (time/step is their sum)
+        assert min(r[f"time/{phase}"] for phase in THRESHOLDS["required_time_phases"]) > 0.0
+        # the refit reached the engine: a skipped or partial refit leaves the engine on the previous
+        # weights, whose log-probs differ from the trainer's once an update has changed them
         assert r["mismatch/abs_diff_max"] <= THRESHOLDS["max_abs_logprob_mismatch"]
-        assert THRESHOLDS["min_prune_kept_fraction"] <= r["prune/kept_fraction"] <= THRESHOLDS["max_prune_kept_fraction"]
+        # the policy-gradient term is live: zeroed advantages (or the strict reward) read 0 here, and
+        # at step 1 (policy == reference, so the KL term has no gradient) a gradient norm of 0
+        assert r["advantage/abs_mean"] >= THRESHOLDS["min_abs_advantage_mean"]
+        # (pre-clip) 0.7-1.1 in this run: the upper bound catches a loss scale off by an order of magnitude
+        assert 0.0 < r["actor/grad_norm"] <= THRESHOLDS["max_grad_norm"]
+        # MDAP keeps at least one rollout of every group (one per advantage bucket): a pruner that
+        # drops whole groups keeps less than 1 in n = 4; nothing is kept twice
+        assert THRESHOLDS["min_prune_kept_fraction"] <= r["prune/kept_fraction"] <= 1.0
+        assert r["prune/kept_fraction"] == r["prune/num_kept"] / r["prune/num_rollouts"]
         # the free geometry (default) trains on what MDAP's Phase 1 kept: no refill, nothing dropped
         assert r["prune/num_kept"] == r["prune/phase1_kept"] and r["prune/num_refilled"] == 0
         assert r["prune/dropped_for_geometry"] == 0 and r["actor/updates"] == 2  # 4 prompts / 2 per mini-batch
-        assert r["actor/grad_norm"] <= THRESHOLDS["max_grad_norm"]
         assert r["rollout/n"] == 4
-        assert 0.0 <= r["accuracy/mean"] <= 1.0
+        assert r["accuracy/mean"] == r["reward/mean"]  # the coin reward scores accuracy as its reward
+    # the training clock adds up the steps and fits in the process's wall time: a timer in the
+    # wrong unit (ms) or a step counted twice breaks one of the two
+    assert [r["time/train_elapsed"] for r in train] == pytest.approx(
+        [sum(t["time/step"] for t in train[: i + 1]) for i in range(len(train))]
+    )
+    assert 0.0 < train[-1]["time/train_elapsed"] < wall
     assert val[-1]["val/questions"] == 16
     finished = json.loads((run_dir / "FINISHED").read_text())
     assert finished["step"] == 3 and finished["finished_at"]
@@ -55,5 +80,5 @@ def test_tiny_fastrl_run_metrics_within_thresholds(tmp_path):
     text = compare_runs.table(summary_a, summary_a, ("a", "b"))
     assert "speed ratio time(A)/time(B): 1.00x" in text
     # a finished run started again does nothing and exits 0
-    again = run_train(tmp_path, "trainer.max_steps=3")
+    again = run_train(tmp_path, "trainer.max_steps=3", COIN_REWARD)
     assert "already complete" in again.stdout + again.stderr
