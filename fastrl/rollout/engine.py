@@ -1,8 +1,8 @@
 """The rollout-engine interface: prompts in, groups of sampled responses with log-probs out.
 
 Two engines implement it: :class:`fastrl.rollout.hf_engine.HFRolloutEngine` (in-process Hugging
-Face model, CPU recipes and tests) and :class:`fastrl.rollout.vllm_engine.VLLMRolloutEngine`
-(colocated vLLM, GPU clusters). Both return the same :class:`Rollouts`.
+Face model, CPU recipes and tests) and :class:`fastrl.rollout.engine_client.EngineProcessClient`
+(vLLM in its own process and environment). Both return the same :class:`Rollouts`.
 
 Log-probs returned by an engine are those of the sampled tokens under the *policy at the sampling
 temperature*: ``log softmax(logits / T)`` over the full vocabulary (``T = 1`` for greedy decoding),
@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 from fastrl.config import RolloutConfig
 from fastrl.rollout.engine_wire import stale_weights_message
@@ -157,16 +158,14 @@ class Rollouts:
             ``(token_ids int64 [R, Lmax], logprobs float32 [R, Lmax], mask bool [R, Lmax])``;
             padded positions hold ``pad_token_id``, log-prob 0 and mask False.
         """
-        rows = len(self)
-        longest = max(self.lengths, default=0)
-        ids = torch.full((rows, longest), pad_token_id, dtype=torch.long)
-        lps = torch.zeros((rows, longest), dtype=torch.float32)
-        mask = torch.zeros((rows, longest), dtype=torch.bool)
-        for r, (t, lp) in enumerate(zip(self.response_token_ids, self.logprobs)):
-            ids[r, : t.numel()] = t
-            lps[r, : t.numel()] = lp
-            mask[r, : t.numel()] = True
-        return ids, lps, mask
+        if not len(self):
+            return torch.zeros((0, 0), dtype=torch.long), torch.zeros((0, 0)), torch.zeros((0, 0), dtype=torch.bool)
+        masks = [torch.ones(n, dtype=torch.bool) for n in self.lengths]
+        return (
+            pad_sequence(self.response_token_ids, batch_first=True, padding_value=pad_token_id),
+            pad_sequence(self.logprobs, batch_first=True, padding_value=0.0),
+            pad_sequence(masks, batch_first=True, padding_value=False),
+        )
 
 
 class StaleWeightsError(RuntimeError):

@@ -21,10 +21,26 @@ Failure handling:
 * the child dies with the trainer: ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` and a parent-pid watchdog
   in the child; :meth:`shutdown` (also at interpreter exit) kills its process group.
 
-Refit (:meth:`update_weights`): :class:`fastrl.rollout.refit_transport.SharedMemoryTransport`
-buckets on CPU, :class:`~fastrl.rollout.refit_transport.CudaIpcTransport` for an engine on the
-trainer's GPU (untested here; the NCCL transport is written but not selectable yet); metrics
-``refit/bytes``, ``refit/time_s``, ``refit/mb_per_s`` in :attr:`refit_metrics`.
+This is the only vLLM engine: the prompt builder (:meth:`EngineProcessClient._prompt_inputs`), the
+sampling parameters (built by the server from the request) and the result assembly
+(:func:`fastrl.rollout.engine.assemble_rollouts`) exist once.
+
+Sampling: one vLLM request per prompt with ``n = n_per_prompt[i]`` (prompts with ``n = 0`` are not
+sent), temperature / top-p / top-k / max tokens / stop tokens, the sampled token's log-prob, token
+suppression through ``allowed_token_ids`` (the set of
+:func:`fastrl.rollout.hf_engine.suppressed_token_ids`), one seed per prompt drawn here. vLLM runs
+with ``logprobs_mode="raw_logprobs"`` (``log softmax(logits)`` before temperature, truncation and
+suppression): the project's definition (:mod:`fastrl.rollout.engine`) for temperature 1 and greedy
+decoding, so other temperatures are refused.
+
+Images: ``min_pixels`` / ``max_pixels`` (``data.*``) go to the engine's processor
+(``mm_processor_kwargs`` of ``vllm.LLM``) and to the Hugging Face processor that builds the trainer's
+prompt inputs here, so both sides see the same image tokens.
+
+Refit (:meth:`update_weights`): the transport is chosen by the rank's device
+(:func:`fastrl.rollout.refit_transport.transport_for_device`): shared-memory buckets on CPU, CUDA
+IPC for an engine on the trainer's GPU (untested here); metrics ``refit/bytes``, ``refit/time_s``,
+``refit/mb_per_s`` in :attr:`refit_metrics`.
 Refit verification: :meth:`score` (the engine's log-probs of given token sequences, vLLM
 ``prompt_logprobs``) and :meth:`group_sums` (per parameter group, the engine's sum of squared
 weights), used by :mod:`fastrl.training.refit_verify`.
@@ -33,11 +49,6 @@ Weight versions: :attr:`weight_version` counts the refits this client sent; afte
 bucket was loaded the client tells the engine its new version (``set_weight_version``), and every
 :meth:`generate` request carries the trainer's policy version, which the engine refuses when its
 own is behind (:class:`fastrl.rollout.engine.StaleWeightsError`, not retried).
-
-Test hook: ``skip_transfer=True`` (or ``FASTRL_TEST_SKIP_REFIT_TRANSFER=1`` in the environment)
-makes :meth:`update_weights` consume the weights without sending them (nor the new version) -- a
-stale engine, which the refit verification and the generate-time version check must catch
-(tests/vllm/test_engine_process.py).
 """
 
 from __future__ import annotations
@@ -73,7 +84,7 @@ from fastrl.rollout.engine import (
     normalize_group_sizes,
 )
 from fastrl.rollout.engine_log import log_error_excerpt
-from fastrl.rollout.refit_transport import CudaIpcTransport, SharedMemoryTransport, remove_stale_dirs
+from fastrl.rollout.refit_transport import make_transport, remove_stale_dirs, transport_for_device
 
 logger = logging.getLogger("fastrl.rollout")
 
@@ -125,8 +136,10 @@ class EngineProcessClient:
         log_path: the engine's stdout/stderr file (default: a temporary file).
         verify_every / verify_tolerance: refit verification schedule and bound (:attr:`verify_due`,
             :mod:`fastrl.training.refit_verify`).
-        transport: ``"shm"`` (shared-memory buckets; CPU, tested) or ``"cuda_ipc"`` (colocated GPU
-            engine; untested here), :mod:`fastrl.rollout.refit_transport`.
+        transport: ``"shm"`` (shared-memory buckets; CPU) or ``"cuda_ipc"`` (colocated GPU engine),
+            :mod:`fastrl.rollout.refit_transport`; :func:`engine_client_from_config` picks it by device.
+        min_pixels / max_pixels: image-processor bounds of both the engine's processor and the one
+            building the trainer's prompt inputs (None: the model directory's).
         llm_kwargs: ``vllm.LLM`` arguments (``dtype``, ``max_model_len``, ``kv_cache_memory_bytes``,
             ``enforce_eager``, ``tensor_parallel_size``, ``gpu_memory_utilization``, ``enable_sleep_mode``...).
         env: extra environment variables of the child (``OMP_NUM_THREADS``, ``CUDA_VISIBLE_DEVICES``).
@@ -148,10 +161,11 @@ class EngineProcessClient:
         log_path: str | os.PathLike | None = None,
         llm_kwargs: dict[str, Any] | None = None,
         env: dict[str, str] | None = None,
-        skip_transfer: bool | None = None,
         verify_every: int = 0,
         verify_tolerance: float = 1e-3,
         transport: str = "shm",
+        min_pixels: int | None = None,
+        max_pixels: int | None = None,
     ) -> None:
         from transformers import AutoConfig, AutoTokenizer
 
@@ -174,23 +188,19 @@ class EngineProcessClient:
         self.name = name
         self._generator = torch.Generator().manual_seed(seed)
         self._processor = None
+        self.min_pixels, self.max_pixels = min_pixels, max_pixels
+        llm_kwargs = dict(llm_kwargs or {})
+        if hasattr(config, "vision_config"):  # text-only models have no image processor
+            llm_kwargs = with_pixel_bounds(llm_kwargs, min_pixels, max_pixels)
         self._spec = {
             "model": str(self.model_path), "tokenizer": str(tokenizer_dir), "seed": int(seed),
-            "allowed_token_ids": allowed, "eos_token_id": eos, "llm_kwargs": dict(llm_kwargs or {}),
+            "allowed_token_ids": allowed, "eos_token_id": eos, "llm_kwargs": llm_kwargs,
         }
         self._env = dict(env or {})
         remove_stale_dirs(Path(tempfile.gettempdir()), "fastrl-engine")  # left by SIGKILLed trainers
         self._workdir = Path(tempfile.mkdtemp(prefix=f"fastrl-engine-{os.getpid()}-"))
         self.log_path = Path(log_path) if log_path else self._workdir / "engine.log"
-        if transport not in ("shm", "cuda_ipc"):
-            raise ValueError(f"transport must be 'shm' or 'cuda_ipc', got {transport!r}")
-        self.transport: SharedMemoryTransport | CudaIpcTransport = (
-            SharedMemoryTransport(bucket_bytes, skip_after_first=skip_after_first) if transport == "shm"
-            else CudaIpcTransport(bucket_bytes, skip_after_first=skip_after_first)
-        )
-        if skip_transfer is None:
-            skip_transfer = os.environ.get("FASTRL_TEST_SKIP_REFIT_TRANSFER", "0") == "1"
-        self.skip_transfer = skip_transfer
+        self.transport = make_transport(transport, bucket_bytes, skip_after_first=skip_after_first)
         self.weight_version = 0
         self.verify_every = int(verify_every)
         self.verify_tolerance = float(verify_tolerance)
@@ -328,13 +338,14 @@ class EngineProcessClient:
         Raises:
             EngineError: the CUDA IPC transport after a refit (it keeps no copy of the weights).
         """
-        if isinstance(self.transport, CudaIpcTransport) and self.weight_version > 0:
+        if not self.transport.replayable and self.weight_version > 0:
             raise EngineError(f"{self.name}: cannot restart: the CUDA IPC refit keeps no copy of the current weights")
         self._kill()
         self._start()
-        resident = self.transport.resident()
-        if resident and not self.skip_transfer:
-            self._call({"op": "load_weights", "buckets": resident})
+        replay = self.transport.replay_requests()
+        for request in replay:
+            self._call(request)
+        if replay:
             self._call({"op": "set_weight_version", "version": self.weight_version})
 
     def health(self) -> dict:
@@ -374,7 +385,7 @@ class EngineProcessClient:
         *, weight_version: int | None = None,
     ) -> Rollouts:
         """Sample responses (see :class:`fastrl.rollout.engine.RolloutEngine`); temperature 0 or 1 only
-        (the engine reports raw log-probs, :mod:`fastrl.rollout.vllm_engine`). ``weight_version`` goes
+        (the engine reports raw log-probs, module docstring). ``weight_version`` goes
         with the request: the engine process refuses it (:class:`StaleWeightsError`) when the weights
         it has loaded (``set_weight_version`` after each refit) are older."""
         check_weight_version(self.name, self.weight_version, weight_version)  # refits this client never sent
@@ -382,7 +393,8 @@ class EngineProcessClient:
         if sampling.temperature not in (0.0, 1.0):
             raise ValueError(
                 f"the vLLM engine returns log-probs at temperature 1 (logprobs_mode='raw_logprobs'); "
-                f"temperature={sampling.temperature} would make engine and trainer log-probs disagree"
+                f"temperature={sampling.temperature} would make engine and trainer log-probs disagree. "
+                f"Use rollout.temperature=1.0 (or greedy decoding), or rollout.engine='hf'"
             )
         generator = torch.Generator().manual_seed(sampling.seed) if sampling.seed is not None else self._generator
         seeds = torch.randint(0, 2**31 - 1, (len(prompts),), generator=generator).tolist()
@@ -425,19 +437,25 @@ class EngineProcessClient:
         )
 
     def _prompt_inputs(self, prompts: Sequence[RolloutPrompt], prompt_ids: dict[int, list[int]]) -> list[PromptInputs]:
+        """What the trainer needs per prompt: the engine's prompt token ids for text prompts; for
+        prompts with images, the Hugging Face processor's output (token ids with image tokens
+        expanded, pixel values, image grid; resized into ``min_pixels`` / ``max_pixels`` like the
+        engine's), which vLLM does not return."""
         from fastrl.rollout.hf_engine import prepare_prompt_inputs
 
         out = []
         for i, prompt in enumerate(prompts):
             if prompt.images:
                 if self._processor is None:
+                    from fastrl.data.images import set_pixel_bounds
                     from fastrl.models.tiny import load_processor
 
                     self._processor = load_processor(self.model_path)
+                    set_pixel_bounds(self._processor.image_processor, self.min_pixels, self.max_pixels)
                 out.append(prepare_prompt_inputs(self._processor, prompt))
             elif i in prompt_ids:
                 out.append(PromptInputs(input_ids=torch.tensor(prompt_ids[i], dtype=torch.long)))
-            else:
+            else:  # a prompt with n = 0 was not sent to the engine
                 ids = self.tokenizer(prompt.text, add_special_tokens=False)["input_ids"]
                 out.append(PromptInputs(input_ids=torch.tensor(ids, dtype=torch.long)))
         return out
@@ -445,40 +463,40 @@ class EngineProcessClient:
     # ---- refit -----------------------------------------------------------------------------
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> int:
-        """Refit through shared-memory buckets (:mod:`fastrl.rollout.refit_transport`). Records
+        """Refit through the transport (:mod:`fastrl.rollout.refit_transport`). Records
         :attr:`refit_metrics` and, per parameter group, the sum of squares of what was sent
-        (:attr:`last_group_sums`, for the verification's diagnosis)."""
-        sums: dict[str, float] = {}
+        (:attr:`last_group_sums`, for the verification's diagnosis; computed where the tensors live
+        and read back once per refit, not once per tensor)."""
+        norms: dict[str, list[torch.Tensor]] = {}
 
         def tracked():
             for name, t in named_tensors:
                 t = t.detach()
-                g = wire.weight_group(name)
-                sums[g] = sums.get(g, 0.0) + float(torch.linalg.vector_norm(t, dtype=torch.float64)) ** 2
+                norms.setdefault(wire.weight_group(name), []).append(torch.linalg.vector_norm(t, dtype=torch.float64))
                 yield name, t
 
         start = time.perf_counter()
-        if self.skip_transfer:  # test hook: the engine keeps its old weights
-            count, nbytes = sum(1 for _ in tracked()), 0
-        else:
-            if isinstance(self.transport, SharedMemoryTransport):
-                def load(buckets):
-                    self._send({"op": "load_weights", "buckets": buckets})
-                    return "load_weights"
-            else:
-                def load(request):
-                    self._send(request)
-                    return request["op"]
-            count, nbytes = self.transport.send(tracked(), load=load, wait=self._wait_ok)
-            self._call({"op": "set_weight_version", "version": self.weight_version + 1})  # every bucket loaded
+        count, nbytes = self._transfer(tracked())
         elapsed = time.perf_counter() - start
-        self.last_group_sums.update(sums)
+        self.last_group_sums.update(group_square_sums(norms))
         self.weight_version += 1
         self.refit_metrics = {
             "refit/bytes": float(nbytes), "refit/time_s": elapsed,
             "refit/mb_per_s": nbytes / 2**20 / elapsed if elapsed > 0 else 0.0,
         }
         return count
+
+    def _transfer(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> tuple[int, int]:
+        """Send every bucket, wait until each was loaded, then tell the engine its new weight
+        version. Returns ``(tensors, bytes)`` sent."""
+
+        def request(req: dict) -> str:
+            self._send(req)
+            return req["op"]
+
+        count, nbytes = self.transport.send(named_tensors, request=request, wait=self._wait_ok)
+        self._call({"op": "set_weight_version", "version": self.weight_version + 1})  # every bucket loaded
+        return count, nbytes
 
     @property
     def verify_due(self) -> bool:
@@ -504,15 +522,49 @@ class EngineProcessClient:
         """Per parameter group, the sum of squares of the engine's weights."""
         return self._call({"op": "group_sums"})["sums"]
 
-    def _test_hang(self, seconds: float) -> None:
-        """Test hook: the engine sleeps ``seconds`` without answering."""
-        self._call({"op": "test_hang", "seconds": seconds})
-
     def __del__(self) -> None:  # pragma: no cover - best effort
         try:
             self.shutdown()
         except Exception:  # noqa: BLE001
             pass
+
+
+def group_square_sums(norms: dict[str, list[torch.Tensor]]) -> dict[str, float]:
+    """Per group, the sum of the squared norms (0-d float64 tensors, on any device); one read-back
+    to the host for all groups."""
+    if not norms:
+        return {}
+    per_group = [torch.stack(v).square().sum() for v in norms.values()]
+    device = per_group[0].device
+    return dict(zip(norms, torch.stack([t.to(device) for t in per_group]).tolist()))
+
+
+def with_pixel_bounds(llm_kwargs: dict[str, Any], min_pixels: int | None, max_pixels: int | None) -> dict[str, Any]:
+    """``vllm.LLM`` arguments with the image-processor bounds added to ``mm_processor_kwargs``
+    (arguments given there already win)."""
+    bounds = {k: v for k, v in (("min_pixels", min_pixels), ("max_pixels", max_pixels)) if v is not None}
+    if not bounds:
+        return dict(llm_kwargs)
+    mm = {**bounds, **dict(llm_kwargs.get("mm_processor_kwargs") or {})}
+    return {**llm_kwargs, "mm_processor_kwargs": mm}
+
+
+def physical_gpus(index: int, count: int, visible: str | None) -> list[str]:
+    """The ``CUDA_VISIBLE_DEVICES`` entries of this process's GPUs ``index .. index + count - 1``
+    (``visible``: the process's ``CUDA_VISIBLE_DEVICES``, None or empty when all GPUs are visible).
+
+    Raises:
+        ValueError: fewer visible GPUs than ``index + count``.
+    """
+    entries = [e.strip() for e in visible.split(",") if e.strip()] if visible else None
+    if entries is None:
+        return [str(i) for i in range(index, index + count)]
+    if index + count > len(entries):
+        raise ValueError(
+            f"the rollout engine needs GPUs {index}..{index + count - 1} of this process, but "
+            f"CUDA_VISIBLE_DEVICES={visible!r} shows {len(entries)}"
+        )
+    return entries[index : index + count]
 
 
 def _png(image: Any) -> bytes:
@@ -534,7 +586,9 @@ def engine_client_from_config(cfg: Any, policy_dir: str | os.PathLike, device: t
     (docs/engine.md): fp32 runs get an fp32 engine, bf16/fp8 runs a bf16 one; on CPU the KV cache
     is ``rollout.engine_kv_cache_mb`` and the engine uses ``rollout.engine_threads`` OMP threads; on
     a GPU the engine sees only this rank's GPU(s) (``CUDA_VISIBLE_DEVICES``) and sleeps between
-    steps when ``rollout.sleep_between_steps``.
+    steps when ``rollout.sleep_between_steps``. The refit transport follows the device
+    (:func:`fastrl.rollout.refit_transport.transport_for_device`); images are resized into
+    ``data.min_pixels`` / ``data.max_pixels`` on both sides.
 
     Raises:
         EngineStartError: see :class:`EngineProcessClient`.
@@ -548,8 +602,6 @@ def engine_client_from_config(cfg: Any, policy_dir: str | os.PathLike, device: t
     }
     env: dict[str, str] = {}
     if dev.type == "cuda":
-        from fastrl.rollout.vllm_engine import physical_gpus
-
         llm_kwargs.update(gpu_memory_utilization=ro.gpu_memory_utilization, enable_sleep_mode=ro.sleep_between_steps)
         env["CUDA_VISIBLE_DEVICES"] = ",".join(physical_gpus(
             dev.index or 0, ro.engine_tensor_parallel_size, os.environ.get("CUDA_VISIBLE_DEVICES")))
@@ -564,5 +616,5 @@ def engine_client_from_config(cfg: Any, policy_dir: str | os.PathLike, device: t
         skip_after_first=frozen_vision_weight if cfg.model.freeze_vision_tower else None,
         name=f"vllm engine process of rank pid {os.getpid()}", llm_kwargs=llm_kwargs, env=env,
         verify_every=ro.verify_refit_every, verify_tolerance=ro.verify_refit_tolerance,
-        transport="cuda_ipc" if dev.type == "cuda" else "shm",
+        transport=transport_for_device(dev), min_pixels=cfg.data.min_pixels, max_pixels=cfg.data.max_pixels,
     )

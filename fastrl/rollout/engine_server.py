@@ -10,9 +10,9 @@ by path), never ``fastrl`` itself: the engine environment (``.venv-vllm`` on CPU
 vLLM environment on GPU) has transformers 5 and no megatron.
 
 Weight transports (:mod:`fastrl.rollout.refit_transport`): ``load_weights`` (shared-memory bucket
-files; CPU, tested), ``load_weights_ipc`` (CUDA IPC handle of one flat bucket buffer; colocated GPU
-engine) and ``init_weight_update_group`` + ``load_weights_nccl`` (NCCL broadcast; engine on its own
-GPUs). The two GPU operations are written against vLLM's API and untested here (no GPU).
+files; CPU, tested) and ``load_weights_ipc`` (CUDA IPC handle of one flat bucket buffer; colocated
+GPU engine; written against vLLM's API, untested here: no GPU). Both reload from views of one flat
+uint8 buffer (:meth:`Server._reload`).
 
 Life cycle: on Linux the process asks the kernel for SIGKILL when its parent dies
 (``prctl(PR_SET_PDEATHSIG)``), and a watchdog thread exits when the parent pid changes (covers
@@ -171,44 +171,23 @@ class Server:
         self._maps[path] = (size, mm)
         return mm
 
-    def _tensors(self, buckets: list):
+    def _reload(self, buffers: list) -> int:
+        """``reload_weights`` from views of flat uint8 buffers: ``buffers`` holds ``(buffer, entries)``
+        pairs, entries ``(name, dtype, shape, offset, nbytes)``. Weights asleep are woken first; the
+        prefix cache is reset unless the engine sleeps (then :meth:`op_wake` does). Records each
+        tensor's sum of squares (:meth:`op_group_sums`), read back once per call."""
         import torch
 
-        for path, entries in buckets:
-            mm = self._map(path)
-            for name, dtype, shape, offset, nbytes in entries:
-                flat = torch.frombuffer(mm, dtype=torch.uint8, count=nbytes, offset=offset)
-                tensor = flat.view(getattr(torch, dtype)).reshape(shape)
-                self.received[name] = float(torch.linalg.vector_norm(tensor, dtype=torch.float64)) ** 2
-                yield name, tensor
-
-    def op_load_weights(self, req: dict) -> dict:
-        if self.asleep and not self.weights_awake:
-            self.llm.wake_up(tags=["weights"])
-            self.weights_awake = True
-        count = 0
-
-        def counted():
-            nonlocal count
-            for item in self._tensors(req["buckets"]):
-                count += 1
-                yield item
-
-        start = time.perf_counter()
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": counted()})
-        if not self.asleep:
-            self.llm.reset_prefix_cache()
-        return {"count": count, "time_s": time.perf_counter() - start}
-
-    def _reload_views(self, buffer, entries: list) -> int:
-        """``reload_weights`` from views of one flat uint8 buffer (GPU transports)."""
-        import torch
+        norms: list = []
+        names: list[str] = []
 
         def views():
-            for name, dtype, shape, offset, nbytes in entries:
-                tensor = buffer[offset : offset + nbytes].view(getattr(torch, dtype)).reshape(shape)
-                self.received[name] = float(torch.linalg.vector_norm(tensor, dtype=torch.float64)) ** 2
-                yield name, tensor
+            for buffer, entries in buffers:
+                for name, dtype, shape, offset, nbytes in entries:
+                    tensor = buffer[offset : offset + nbytes].view(getattr(torch, dtype)).reshape(shape)
+                    names.append(name)
+                    norms.append(torch.linalg.vector_norm(tensor, dtype=torch.float64))
+                    yield name, tensor
 
         if self.asleep and not self.weights_awake:
             self.llm.wake_up(tags=["weights"])
@@ -216,7 +195,18 @@ class Server:
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": views()})
         if not self.asleep:
             self.llm.reset_prefix_cache()
-        return len(entries)
+        if norms:
+            self.received.update(zip(names, torch.stack(norms).square().tolist()))
+        return len(names)
+
+    def op_load_weights(self, req: dict) -> dict:
+        """Buckets in shared-memory files (``(path, entries)`` each), memory-mapped, zero copies."""
+        import torch
+
+        start = time.perf_counter()
+        buffers = [(torch.frombuffer(self._map(path), dtype=torch.uint8), entries) for path, entries in req["buckets"]]
+        count = self._reload(buffers)
+        return {"count": count, "time_s": time.perf_counter() - start}
 
     def op_load_weights_ipc(self, req: dict) -> dict:
         """One bucket through a CUDA IPC handle (``reduce_tensor`` of the trainer's flat buffer). The
@@ -228,32 +218,9 @@ class Server:
         args = list(args)
         args[6] = torch.cuda.current_device()
         buffer = rebuild(*args)
-        count = self._reload_views(buffer, req["entries"])
+        count = self._reload([(buffer, req["entries"])])
         torch.cuda.synchronize()
         return {"count": count}
-
-    def op_init_weight_update_group(self, req: dict) -> dict:
-        """Join a NCCL group with the trainer rank (rank 0) through vLLM's ``StatelessProcessGroup``
-        and ``PyNcclCommunicator`` (vLLM's RLHF example). Engine TP = 1 here; with TP > 1 each worker
-        joins through a worker extension (``collective_rpc``). Untested here."""
-        import torch
-        from vllm.distributed.device_communicators.pynccl import PyNcclCommunicator
-        from vllm.distributed.utils import StatelessProcessGroup
-
-        group = StatelessProcessGroup.create(host=req["host"], port=int(req["port"]), rank=int(req["rank"]),
-                                             world_size=int(req["world_size"]))
-        self.nccl = PyNcclCommunicator(group, device=torch.cuda.current_device())
-        return {}
-
-    def op_load_weights_nccl(self, req: dict) -> dict:
-        """Receive one bucket broadcast from rank 0 of the weight-update group into a flat buffer,
-        then reload from views of it. Untested here."""
-        import torch
-
-        buffer = torch.empty(int(req["bytes"]), dtype=torch.uint8, device="cuda")
-        self.nccl.broadcast(buffer, src=0, stream=torch.cuda.current_stream())
-        torch.cuda.current_stream().synchronize()
-        return {"count": self._reload_views(buffer, req["entries"])}
 
     def op_score(self, req: dict) -> dict:
         from vllm import SamplingParams
@@ -295,11 +262,6 @@ class Server:
 
     def op_reset_prefix_cache(self, req: dict) -> dict:
         self.llm.reset_prefix_cache()
-        return {}
-
-    def op_test_hang(self, req: dict) -> dict:
-        """Test hook: never answer (the client's timeout must fire)."""
-        time.sleep(float(req.get("seconds", 3600)))
         return {}
 
 

@@ -9,7 +9,7 @@ Unix stream socket (one end of a ``socketpair`` passed to the child as file desc
 ``--fd``). A request is ``{"op": <name>, ...}``; a reply is ``{"ok": True, ...}`` or
 ``{"ok": False, "error": <one line>, "kind": <error kind>}``. Payloads hold plain Python values
 (lists of ints and floats, strings); weights never travel on the socket: they go through shared
-memory files named in the ``load_weights`` request (:mod:`fastrl.rollout.refit_transport`).
+memory files named in the ``load_weights`` request, or CUDA IPC handles (:mod:`fastrl.rollout.refit_transport`).
 
 Operations (request fields -> reply fields):
 
@@ -27,9 +27,8 @@ Operations (request fields -> reply fields):
   (per sequence, the log-probs of tokens ``starts[i]:``).
 * ``group_sums``: -> ``sums``: per parameter group (:func:`weight_group`), the sum of squares of the
   weights the engine loaded (the model directory's, then each refit's).
-* GPU transports (untested here): ``load_weights_ipc`` (``handle``, ``entries``),
-  ``init_weight_update_group`` (``host``, ``port``, ``rank``, ``world_size``), ``load_weights_nccl``
-  (``bytes``, ``entries``).
+* ``load_weights_ipc`` (GPU, untested here): ``handle`` (CUDA IPC handle of one flat uint8 bucket
+  buffer), ``entries`` -> ``count``.
 * ``sleep``, ``wake``, ``reset_prefix_cache``, ``health``, ``shutdown``.
 """
 

@@ -42,6 +42,7 @@ from fastrl.rollout.engine import (
     RolloutPrompt,
     Rollouts,
     SamplingParams,
+    assemble_rollouts,
     check_weight_version,
     normalize_group_sizes,
 )
@@ -363,22 +364,9 @@ class HFRolloutEngine:
                     sampling, stop_ids, generator, tokens, logprobs, finish,
                 )
         elapsed = time.perf_counter() - start
-        response_ids = [torch.tensor(t, dtype=torch.long) for t in tokens]
-        generated = sum(len(t) for t in tokens)
-        return Rollouts(
-            prompts=list(prompts),
-            prompt_inputs=inputs,
-            n_per_prompt=sizes,
-            prompt_index=[i for i, n in enumerate(sizes) for _ in range(n)],
-            response_token_ids=response_ids,
-            logprobs=[torch.tensor(lp, dtype=torch.float32) for lp in logprobs],
-            finish_reasons=finish,
-            response_texts=self.tokenizer.batch_decode(tokens, skip_special_tokens=True),
-            metrics={
-                "rollout/generated_tokens": float(generated),
-                "rollout/time_s": elapsed,
-                "rollout/tokens_per_s": generated / elapsed if elapsed > 0 else 0.0,
-            },
+        return assemble_rollouts(
+            prompts, inputs, sizes, [torch.tensor(t, dtype=torch.long) for t in tokens],
+            [torch.tensor(lp, dtype=torch.float32) for lp in logprobs], finish, self.tokenizer, elapsed,
         )
 
     def _chunks(self, sizes: list[int]) -> list[list[int]]:

@@ -12,12 +12,16 @@ a layer must arrive whole), and the engine loads each bucket with
   engine's current weights: a restarted engine replays them. Bucket ``k+1`` is written while the
   engine loads bucket ``k``.
 * :class:`CudaIpcTransport` (GPU, engine colocated on the trainer's GPU; written against vLLM's API,
-  **untested here**): each bucket is flattened into one uint8 CUDA buffer whose IPC handle
+  its CUDA part **untested here**): each bucket is flattened into one uint8 CUDA buffer whose IPC handle
   (``torch.multiprocessing.reductions.reduce_tensor``) is sent; the engine rebuilds a view of the
   same memory and reloads from it (as verl / slime ``update_weights_from_tensor`` do).
-* :class:`NcclBroadcastTransport` (GPU, engine on its own GPUs; **untested here**): a two-member
-  NCCL group between the trainer rank and the engine (``vllm.distributed.utils.StatelessProcessGroup``
-  + ``PyNcclCommunicator``, vLLM's RLHF example / NeMo-RL), one broadcast per bucket buffer.
+
+The transport is chosen in one place, by the trainer rank's device (:func:`transport_for_device`,
+:func:`make_transport`): ``"cuda_ipc"`` on a GPU, ``"shm"`` otherwise. Both share one interface:
+``send(named_tensors, request, wait)`` builds the engine requests itself (``request(dict)`` sends one
+and returns a handle, ``wait(handle)`` waits for its reply), ``replay_requests()`` gives the requests
+that reload the current weights into a restarted engine, and ``replayable`` says whether there are
+any. An engine on its own GPUs (a NCCL broadcast group) is not implemented (docs/engine.md).
 
 Frozen tensors (``model.freeze_vision_tower``) go to their own buckets, sent on the first refit only
 (:attr:`SharedMemoryTransport.skip_after_first`).
@@ -128,6 +132,10 @@ class _BucketFile:
         self.path.unlink(missing_ok=True)
 
 
+def _load_request(buckets: list[tuple[str, list[Entry]]]) -> dict:
+    return {"op": "load_weights", "buckets": buckets}
+
+
 def remove_stale_dirs(base: Path, prefix: str) -> list[Path]:
     """Remove ``<prefix>-<pid>-*`` directories under ``base`` whose trainer process ``pid`` no longer
     runs (a trainer killed with SIGKILL cannot remove its own); returns what was removed. Nothing is
@@ -178,12 +186,16 @@ class SharedMemoryTransport:
             pool.append(_BucketFile(self.dir / f"{kind}-{len(pool):05d}.bin"))
         return pool[index]
 
+    replayable = True
+    """The bucket files keep the engine's current weights (:meth:`replay_requests`)."""
+
     def send(
         self, named_tensors: Iterable[tuple[str, torch.Tensor]],
-        load: Callable[[list[tuple[str, list[Entry]]]], object], wait: Callable[[object], None],
+        request: Callable[[dict], object], wait: Callable[[object], None],
     ) -> tuple[int, int]:
-        """Write the buckets and have the engine load each: ``load(buckets)`` sends a request and
-        returns a handle, ``wait(handle)`` waits for its reply; bucket ``k+1`` is written between the two.
+        """Write the buckets and have the engine load each: ``request({"op": "load_weights",
+        "buckets": [(path, entries)]})`` sends a request and returns a handle, ``wait(handle)`` waits
+        for its reply; bucket ``k+1`` is written between the two.
 
         Returns:
             ``(tensors, bytes)`` sent.
@@ -209,7 +221,7 @@ class SharedMemoryTransport:
             count += len(bucket)
             if pending is not None:
                 wait(pending)
-            pending = load([(str(f.path), f.entries)])
+            pending = request(_load_request([(str(f.path), f.entries)]))
             index += 1
         if pending is not None:
             wait(pending)
@@ -219,13 +231,18 @@ class SharedMemoryTransport:
                 f = self._file(self.frozen, k, "frozen")
                 nbytes += f.write(bucket)
                 count += len(bucket)
-                wait(load([(str(f.path), f.entries)]))
+                wait(request(_load_request([(str(f.path), f.entries)])))
         self.refits += 1
         return count, nbytes
 
     def resident(self) -> list[tuple[str, list[Entry]]]:
         """Every bucket of the engine's current weights (to replay into a restarted engine)."""
         return [(str(f.path), f.entries) for f in self.frozen + self.live if f.entries]
+
+    def replay_requests(self) -> list[dict]:
+        """The requests that load :meth:`resident` into a restarted engine (none before the first refit)."""
+        resident = self.resident()
+        return [_load_request(resident)] if resident else []
 
     def close(self) -> None:
         for f in self.frozen + self.live:
@@ -238,8 +255,9 @@ class SharedMemoryTransport:
 
 
 class CudaIpcTransport:
-    """Refit into an engine on the trainer's own GPU through CUDA IPC handles. **Untested here**
-    (no GPU in this project's CI); written against vLLM 0.1x's API.
+    """Refit into an engine on the trainer's own GPU through CUDA IPC handles. The CUDA part is
+    **untested here** (no GPU in this project's CI); written against the API of vLLM 0.32, the pinned
+    release (requirements/gpu-engine.txt).
 
     Per bucket: the tensors (already on the GPU) are copied into one flat uint8 CUDA buffer; its IPC
     handle, ``torch.multiprocessing.reductions.reduce_tensor(buffer)``, and the entry table
@@ -252,13 +270,17 @@ class CudaIpcTransport:
     Bytes per step: the whole model once (or the non-frozen part), device to device, no host copy.
     """
 
+    replayable = False
+    """Nothing is kept: a restarted engine cannot be given the current weights (restart on GPU is
+    refused after the first refit)."""
+
     def __init__(self, bucket_bytes: int, *, skip_after_first: Callable[[str], bool] | None = None) -> None:
         self.bucket_bytes = bucket_bytes
         self.skip_after_first = skip_after_first
         self.refits = 0
 
-    def send(self, named_tensors, load, wait) -> tuple[int, int]:
-        """Like :meth:`SharedMemoryTransport.send`; ``load`` takes the whole request."""
+    def send(self, named_tensors, request, wait) -> tuple[int, int]:
+        """Like :meth:`SharedMemoryTransport.send`, one ``load_weights_ipc`` request per bucket."""
         from torch.multiprocessing.reductions import reduce_tensor
 
         skip = self.skip_after_first if self.refits > 0 else None
@@ -268,45 +290,38 @@ class CudaIpcTransport:
         for bucket in group_buckets(stream, self.bucket_bytes):
             buffer, entries = pack_flat(bucket)
             total = buffer.numel()
-            torch.cuda.current_stream().synchronize()
-            wait(load({"op": "load_weights_ipc", "handle": reduce_tensor(buffer), "entries": entries}))
+            if buffer.is_cuda:
+                torch.cuda.current_stream().synchronize()
+            wait(request({"op": "load_weights_ipc", "handle": reduce_tensor(buffer), "entries": entries}))
             count, nbytes = count + len(bucket), nbytes + total
             del buffer
         return count, nbytes
 
-    def resident(self) -> list:
-        """Nothing is kept: a restarted engine cannot be given the current weights (restart on GPU
-        is refused after the first refit)."""
+    def replay_requests(self) -> list[dict]:
         return []
 
     def close(self) -> None:
         pass
 
 
-class NcclBroadcastTransport:
-    """Refit into an engine on its own GPUs through a NCCL broadcast group. **Untested here**.
+#: The transports by name (:func:`transport_for_device` picks the name).
+TRANSPORTS: dict[str, type] = {"shm": SharedMemoryTransport, "cuda_ipc": CudaIpcTransport}
 
-    Set-up (once): the trainer rank and the engine's worker(s) form a group of ``1 + engine TP``
-    members with vLLM's ``StatelessProcessGroup.create(host, port, rank, world_size)`` and
-    ``PyNcclCommunicator(group, device)`` (trainer rank 0; the engine runs the same calls through a
-    worker extension, ``collective_rpc("init_weight_update_group", ...)``, as in vLLM's RLHF example
-    and NeMo-RL). Per bucket: the trainer sends the entry table (request ``load_weights_nccl``),
-    then broadcasts one flat uint8 buffer from rank 0; each engine worker receives into its own
-    buffer and reloads from views of it. Bytes per step: the model once per engine over
-    NVLink/InfiniBand.
+
+def transport_for_device(device: torch.device | str | None) -> str:
+    """The refit transport of an engine colocated with a trainer rank on ``device``: CUDA IPC on a
+    GPU (the engine sees the same GPU), shared-memory files otherwise."""
+    return "cuda_ipc" if device is not None and torch.device(device).type == "cuda" else "shm"
+
+
+def make_transport(
+    name: str, bucket_bytes: int, *, skip_after_first: Callable[[str], bool] | None = None
+) -> SharedMemoryTransport | CudaIpcTransport:
+    """The transport called ``name`` (a key of :data:`TRANSPORTS`).
+
+    Raises:
+        ValueError: an unknown name.
     """
-
-    def __init__(self, bucket_bytes: int, communicator) -> None:
-        self.bucket_bytes = bucket_bytes
-        self.comm = communicator
-
-    def send(self, named_tensors, load, wait) -> tuple[int, int]:
-        count = nbytes = 0
-        for bucket in group_buckets(named_tensors, self.bucket_bytes):
-            buffer, entries = pack_flat(bucket)
-            total = buffer.numel()
-            handle = load({"op": "load_weights_nccl", "bytes": total, "entries": entries})
-            self.comm.broadcast(buffer, src=0, stream=torch.cuda.current_stream())
-            wait(handle)
-            count, nbytes = count + len(bucket), nbytes + total
-        return count, nbytes
+    if name not in TRANSPORTS:
+        raise ValueError(f"refit transport must be one of {sorted(TRANSPORTS)}, got {name!r}")
+    return TRANSPORTS[name](bucket_bytes, skip_after_first=skip_after_first)

@@ -164,15 +164,12 @@ def _filter_long_prompts(cfg: RunConfig, policy_dir: Path, train_split, val_spli
 def _build_engine(cfg: RunConfig, policy_dir: Path, device: torch.device):
     """This rank's engine, on this rank's device (``cuda:<LOCAL_RANK>`` under NCCL, else the CPU), with
     the run's image-processor bounds (the trainer's prompt inputs come from the engine's processor)."""
-    placement = dict(device=device, min_pixels=cfg.data.min_pixels, max_pixels=cfg.data.max_pixels)
-    if cfg.rollout.engine == "vllm" and cfg.rollout.engine_python is not None:
+    if cfg.rollout.engine == "vllm":
         from fastrl.rollout.engine_client import engine_client_from_config  # vLLM in its own process
 
         return engine_client_from_config(cfg, policy_dir, device)
-    if cfg.rollout.engine == "vllm":
-        from fastrl.rollout.vllm_engine import VLLMRolloutEngine
-
-        return VLLMRolloutEngine.from_pretrained(policy_dir, cfg.rollout, **placement)
     from fastrl.rollout.hf_engine import HFRolloutEngine
 
-    return HFRolloutEngine.from_pretrained(policy_dir, cfg.rollout, **placement)
+    return HFRolloutEngine.from_pretrained(
+        policy_dir, cfg.rollout, device=device, min_pixels=cfg.data.min_pixels, max_pixels=cfg.data.max_pixels
+    )

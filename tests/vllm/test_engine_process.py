@@ -79,7 +79,13 @@ SAMPLE = SamplingParams(temperature=1.0, top_p=1.0, top_k=-1, max_tokens=10, see
 GREEDY = SamplingParams(temperature=0.0, top_p=1.0, top_k=-1, max_tokens=10)
 
 
-def test_generate_refit_and_verify(setup):
+def _lose_refits(client, monkeypatch) -> None:
+    """Test double of a refit that never reaches the engine: the stream is consumed (and its group
+    sums recorded) but nothing is sent, nor the new weight version."""
+    monkeypatch.setattr(client, "_transfer", lambda named_tensors: (sum(1 for _ in named_tensors), 0))
+
+
+def test_generate_refit_and_verify(setup, monkeypatch):
     c, model = setup["client"], setup["model"]
     out = c.generate(setup["prompts"], [2, 0, 3, 1], SAMPLE)
     assert out.n_per_prompt == [2, 0, 3, 1] and len(out) == 6
@@ -109,9 +115,9 @@ def test_generate_refit_and_verify(setup):
         assert (a - b).abs().max().item() <= 1e-4
     verify_refit(c, _hf_probe(perturbed_model), tolerance=1e-4)
 
-    # (d) a refit that skips the transfer leaves the engine stale: the verification names the group
-    c.skip_transfer = True
-    try:
+    # (d) a refit that never reaches the engine leaves it stale: the verification names the group
+    with monkeypatch.context() as lost:
+        _lose_refits(c, lost)
         c.update_weights(setup["weights"].items())
         with pytest.raises(RefitVerificationError, match=r"largest mismatching parameter group: (lm_head|model\.layers\.1)"):
             verify_refit(c, _hf_probe(model), tolerance=1e-3)
@@ -123,11 +129,41 @@ def test_generate_refit_and_verify(setup):
                                                     r"trainer asked to generate with policy version 3"):
             c.generate(setup["prompts"], 1, GREEDY, weight_version=c.weight_version)
         c.health()  # a refusal, not an engine failure: still running, nothing restarted
-    finally:
-        c.skip_transfer = False
     c.update_weights(setup["weights"].items())
     verify_refit(c, _hf_probe(model), tolerance=1e-4)
     c.generate(setup["prompts"], 1, GREEDY, weight_version=c.weight_version)
+
+
+def test_sampling_tokenization_and_stop_tokens(setup):
+    """Seeded sampling is reproducible and follows the group sizes of each call; the engine tokenizes
+    prompts as this environment does and returns the texts it would decode; a stop token ends a
+    response and is kept as its last token (moved here from the in-process engine's checks)."""
+    c, model = setup["client"], setup["model"]
+    c.update_weights(setup["weights"].items())
+    first = c.generate(setup["prompts"], [2, 0, 3, 1], SAMPLE)
+    again = c.generate(setup["prompts"], [2, 0, 3, 1], SAMPLE)
+    assert [t.tolist() for t in first.response_token_ids] == [t.tolist() for t in again.response_token_ids]
+    for i, prompt in enumerate(setup["prompts"]):
+        expected = c.tokenizer(prompt.text, add_special_tokens=False)["input_ids"]
+        assert first.prompt_inputs[i].input_ids.tolist() == expected  # from vLLM, or here for n = 0
+    assert first.response_texts == [c.tokenizer.decode(t, skip_special_tokens=True) for t in first.response_token_ids]
+    other = c.generate(setup["prompts"], [1, 4, 1, 2], SAMPLE)
+    assert other.n_per_prompt == [1, 4, 1, 2] and other.prompt_index == [0, 1, 1, 1, 1, 2, 3, 3]
+    for tokens, reason in zip(other.response_token_ids, other.finish_reasons):
+        assert 1 <= len(tokens) <= SAMPLE.max_tokens
+        assert reason == ("stop" if int(tokens[-1]) in c.default_stop_token_ids else "length")
+    for a, b in zip(other.logprobs, _hf_logprobs(model, other, c.pad_token_id)):
+        assert (a - b).abs().max().item() <= 1e-4
+    greedy = c.generate(setup["prompts"], 1, GREEDY)
+    stop = int(greedy.response_token_ids[0][3])  # the 4th greedy token of the first prompt
+    cut = greedy.response_token_ids[0].tolist().index(stop)
+    stopped = c.generate(setup["prompts"], 1, SamplingParams(**{**GREEDY.__dict__, "stop_token_ids": (stop,)}))
+    assert stopped.response_token_ids[0].tolist() == greedy.response_token_ids[0].tolist()[: cut + 1]
+    assert stopped.finish_reasons[0] == "stop"
+    for tokens, reason in zip(stopped.response_token_ids, stopped.finish_reasons):
+        assert (stop in tokens.tolist()) == (reason == "stop")
+    with pytest.raises(ValueError, match="temperature=0.7"):
+        c.generate(setup["prompts"], 1, SamplingParams(**{**SAMPLE.__dict__, "temperature": 0.7}))
 
 
 def test_killed_engine_is_reported_then_restarted(setup):
@@ -152,9 +188,10 @@ def test_killed_engine_is_reported_then_restarted(setup):
 def test_hung_engine_is_reported_within_the_bound(setup):
     c = setup["client"]
     c.timeout_s = 3.0
+    os.kill(c.proc.pid, signal.SIGSTOP)  # alive but never answering
     start = time.monotonic()
-    with pytest.raises(EngineError, match="did not answer 'test_hang' within rollout.engine_timeout_s=3 s"):
-        c._test_hang(600)
+    with pytest.raises(EngineError, match="did not answer 'health' within rollout.engine_timeout_s=3 s"):
+        c.health()
     assert time.monotonic() - start < BOUND_S
     assert c.proc.poll() is not None  # killed, no orphan
 

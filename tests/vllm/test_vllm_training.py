@@ -7,7 +7,8 @@ Hugging Face engine on the same steps gives rewards of the same level (the engin
 samples: vLLM seeds each request, the HF engine one torch generator; so per-step rewards differ and
 only the 10-step means are compared); (c) an engine killed mid-run stops the run within
 ``rollout.engine_timeout_s`` with one line naming the engine and its exit status (that an engine
-never outlives its killed parent: tests/vllm/test_engine_process.py); (d) a refit that skips the transfer is caught by the verification.
+never outlives its killed parent: tests/vllm/test_engine_process.py); (d) a refit that never
+reaches the engine (the test double tests/vllm/lost_refit_train.py) is caught by the verification.
 """
 
 from __future__ import annotations
@@ -119,8 +120,9 @@ def test_c_killed_engine_is_reported_and_never_orphaned(tmp_path):
 
 
 def test_d_stale_engine_is_caught_by_the_refit_verification(tmp_path):
-    proc = _train(tmp_path, "trainer.max_steps=3", "rollout.verify_refit_every=1", "rollout.verify_refit_tolerance=1e-4",
-                  FASTRL_TEST_SKIP_REFIT_TRANSFER="1")
+    cmd = _cmd(tmp_path, "trainer.max_steps=3", "rollout.verify_refit_every=1", "rollout.verify_refit_tolerance=1e-4")
+    cmd[1:3] = [str(REPO / "tests" / "vllm" / "lost_refit_train.py")]  # the trainer with refits that never arrive
+    proc = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode != 0, proc.stderr[-3000:]
     errors = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith("fastrl.train: error:")]
     assert len(errors) == 1, proc.stderr[-3000:]

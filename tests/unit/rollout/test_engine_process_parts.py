@@ -63,8 +63,9 @@ def test_shared_memory_transport_round_trip_and_frozen_tensors():
     t = SharedMemoryTransport(64, skip_after_first=lambda n: n.startswith("model.layers.0."))
     got: dict[str, torch.Tensor] = {}
 
-    def load(buckets):
-        for path, entries in buckets:
+    def load(request):
+        assert request["op"] == "load_weights"
+        for path, entries in request["buckets"]:
             got.update(_read(path, entries))
         return "h"
 
@@ -76,7 +77,8 @@ def test_shared_memory_transport_round_trip_and_frozen_tensors():
     count, _ = t.send(((n, v + 1) for n, v in _stream()), load, lambda h: None)
     assert count == 5 and not any(n.startswith("model.layers.0.") for n in got)  # frozen: sent once
     replay = {}
-    for path, entries in t.resident():
+    (request,) = t.replay_requests()
+    for path, entries in request["buckets"]:
         replay.update(_read(path, entries))
     assert torch.equal(replay["model.layers.0.q.weight"], torch.zeros(4, 4))  # first refit's
     assert torch.equal(replay["model.layers.2.q.weight"], torch.full((4, 4), 3.0))  # latest
@@ -133,8 +135,15 @@ def test_engine_config_fields_are_checked():
             RolloutConfig(**bad)
 
 
+def test_vllm_engine_without_an_interpreter_is_refused_naming_the_setting():
+    """vLLM always runs in its own process: no interpreter is a config error, not another engine."""
+    RolloutConfig(engine="hf", engine_python=None)
+    with pytest.raises(ConfigError, match=r"rollout.engine='vllm' .* needs rollout.engine_python.*got None"):
+        RolloutConfig(engine="vllm", engine_python=None)
+
+
 def test_pack_flat_round_trips_every_dtype_and_shape():
-    """The flat bucket of the CUDA IPC and NCCL transports (packed the same way on any device)."""
+    """The flat bucket of the CUDA IPC transport (packed the same way on any device)."""
     from fastrl.rollout.refit_transport import pack_flat
 
     bucket = [("a.weight", torch.arange(6, dtype=torch.float32).reshape(2, 3)),

@@ -1,9 +1,11 @@
 """data.min_pixels / data.max_pixels reach the image processor of both engines (the trainer's prompt
-inputs come from it), and each rank's engine is placed on its own device."""
+inputs come from it), and each rank's HF engine is placed on its own device (the vLLM engine's GPUs:
+test_vllm_engine_helpers.py)."""
 
 from __future__ import annotations
 
-import os
+import dataclasses
+import sys
 
 import pytest
 import torch
@@ -12,13 +14,8 @@ from PIL import Image
 from fastrl.config import RolloutConfig
 from fastrl.data.images import image_token_count, set_pixel_bounds
 from fastrl.rollout.engine import RolloutPrompt
+from fastrl.rollout.engine_client import EngineProcessClient, engine_client_from_config, with_pixel_bounds
 from fastrl.rollout.hf_engine import HFRolloutEngine, prepare_prompt_inputs
-from fastrl.rollout.vllm_engine import (
-    VLLMRolloutEngine,
-    engine_visible_devices,
-    physical_gpus,
-    with_pixel_bounds,
-)
 
 PROMPT = "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>what color<|im_end|>\n<|im_start|>assistant\n"
 SETTINGS = {"wide": (56 * 56, 1024 * 28 * 28), "narrow": (56 * 56, 112 * 112)}
@@ -28,16 +25,34 @@ def image_tokens(inputs, image_token_id: int) -> int:
     return int((inputs.input_ids == image_token_id).sum())
 
 
-def vllm_side_inputs(model_dir, prompt, min_pixels, max_pixels):
-    """What the vLLM engine hands the trainer for an image prompt (its Hugging Face processor path),
-    without starting vLLM (not installed in this environment)."""
-    engine = VLLMRolloutEngine.__new__(VLLMRolloutEngine)
-    engine.model_path, engine._processor = model_dir, None
-    engine.min_pixels, engine.max_pixels = min_pixels, max_pixels
-    return engine._prompt_inputs([prompt], {})[0]
+@pytest.fixture()
+def unstarted_engine_process(monkeypatch):
+    """:class:`EngineProcessClient` without its vLLM child (not installed in this environment): the
+    start-up only records the spec the child would get."""
+
+    def fake_start(self):
+        self.info = {"default_stop_token_ids": [0]}
+
+    monkeypatch.setattr(EngineProcessClient, "_start", fake_start)
 
 
-def test_pixel_bounds_reach_both_engines_image_processors(tiny_vl_dir):
+def vllm_process_client(model_dir, min_pixels, max_pixels):
+    """The vLLM engine of a run with ``data.min_pixels`` / ``data.max_pixels`` as the trainer builds
+    it (``rollout.engine='vllm'``, on the CPU)."""
+    from recipes import DEFAULT_RECIPE, get_recipe
+
+    cfg = get_recipe(DEFAULT_RECIPE)
+    cfg = dataclasses.replace(
+        cfg, rollout=dataclasses.replace(cfg.rollout, engine="vllm", engine_python=sys.executable),
+        data=dataclasses.replace(cfg.data, min_pixels=min_pixels, max_pixels=max_pixels),
+    )
+    return engine_client_from_config(cfg, model_dir, torch.device("cpu"))
+
+
+def test_pixel_bounds_reach_both_engines_image_processors(tiny_vl_dir, unstarted_engine_process):
+    """data.min_pixels / max_pixels reach the HF engine's processor, and on the vLLM process path both
+    the engine process's processor (``mm_processor_kwargs`` in its spec) and the processor that builds
+    the trainer's prompt inputs."""
     image = Image.new("RGB", (280, 280), (10, 200, 30))
     prompt = RolloutPrompt(PROMPT, (image,))
     counts = {}
@@ -45,7 +60,12 @@ def test_pixel_bounds_reach_both_engines_image_processors(tiny_vl_dir):
         engine = HFRolloutEngine.from_pretrained(tiny_vl_dir, RolloutConfig(), min_pixels=lo, max_pixels=hi)
         token = engine.model.config.image_token_id
         hf = prepare_prompt_inputs(engine.processor, prompt)
-        vl = vllm_side_inputs(tiny_vl_dir, prompt, lo, hi)
+        client = vllm_process_client(tiny_vl_dir, lo, hi)
+        try:
+            assert client._spec["llm_kwargs"]["mm_processor_kwargs"] == {"min_pixels": lo, "max_pixels": hi}
+            vl = client._prompt_inputs([prompt], {})[0]
+        finally:
+            client.shutdown()
         assert image_tokens(hf, token) == image_tokens(vl, token)  # same preprocessing on both sides
         torch.testing.assert_close(hf.pixel_values, vl.pixel_values)
         assert image_tokens(hf, token) == image_token_count(280, 280, min_pixels=lo, max_pixels=hi)
@@ -55,6 +75,17 @@ def test_pixel_bounds_reach_both_engines_image_processors(tiny_vl_dir):
     # an engine on the directory's own bounds (the CPU recipes: the tiny directory is built with them)
     default = HFRolloutEngine.from_pretrained(tiny_vl_dir, RolloutConfig())
     assert image_tokens(prepare_prompt_inputs(default.processor, prompt), default.model.config.image_token_id) == 100
+
+
+def test_text_only_engine_process_gets_no_pixel_bounds(tmp_path, unstarted_engine_process):
+    from fastrl.config import ModelConfig
+    from fastrl.models.tiny import build_tiny_text_model_dir
+
+    client = vllm_process_client(build_tiny_text_model_dir(tmp_path / "text", ModelConfig()), 3136, 50176)
+    try:
+        assert "mm_processor_kwargs" not in client._spec["llm_kwargs"]  # no image processor to give them to
+    finally:
+        client.shutdown()
 
 
 def test_set_pixel_bounds_keeps_a_bound_given_as_none(tiny_vl_dir):
@@ -81,25 +112,3 @@ def test_hf_engine_runs_on_the_device_it_is_given(tiny_vl_dir):
     engine = HFRolloutEngine.from_pretrained(tiny_vl_dir, RolloutConfig(), device=torch.device("cpu"))
     assert engine.device == torch.device("cpu")
     assert all(p.device.type == "cpu" for p in engine.model.parameters())
-
-
-def test_vllm_engine_sees_only_its_ranks_gpus(monkeypatch):
-    assert physical_gpus(3, 1, None) == ["3"]
-    assert physical_gpus(1, 2, "4,5,6,7") == ["5", "6"]
-    with pytest.raises(ValueError, match="CUDA_VISIBLE_DEVICES"):
-        physical_gpus(3, 2, "0,1,2,3")
-    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
-    with engine_visible_devices("cuda:2"):
-        assert os.environ["CUDA_VISIBLE_DEVICES"] == "6"  # what vLLM's engine-core process inherits
-    assert os.environ["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
-    with engine_visible_devices(torch.device("cuda", 1)):
-        assert os.environ["CUDA_VISIBLE_DEVICES"] == "1"
-    assert "CUDA_VISIBLE_DEVICES" not in os.environ
-    with engine_visible_devices("cpu"):
-        assert "CUDA_VISIBLE_DEVICES" not in os.environ
-    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    with pytest.raises(RuntimeError, match="in-process vLLM engine"):
-        with engine_visible_devices("cuda:1"):
-            pass

@@ -1,21 +1,34 @@
-"""Parts of the vLLM engine that need no vLLM: import isolation and refit bucketing."""
+"""Parts of the vLLM engine (the engine process) that need no vLLM: import isolation, refit bucketing,
+the choice of the refit transport, and the engine server's sleep / refit logic on a recording
+stand-in for ``vllm.LLM``."""
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 
-from fastrl.rollout.vllm_engine import group_buckets as _buckets
-from fastrl.rollout.vllm_engine import weight_group
+from fastrl.rollout import engine_client
+from fastrl.rollout.engine_wire import weight_group
+from fastrl.rollout.refit_transport import (
+    CudaIpcTransport,
+    SharedMemoryTransport,
+    group_buckets,
+    make_transport,
+    transport_for_device,
+)
+
+SERVER = Path(engine_client.__file__).with_name("engine_server.py")
 
 
-def test_importing_fastrl_and_the_vllm_engine_module_does_not_import_vllm():
+def test_importing_fastrl_and_the_vllm_engine_modules_does_not_import_vllm():
     code = (
-        "import sys, fastrl, fastrl.rollout, fastrl.rollout.hf_engine, fastrl.rollout.vllm_engine; "
-        "print('vllm' in sys.modules)"
+        "import sys, fastrl, fastrl.rollout, fastrl.rollout.hf_engine, fastrl.rollout.engine_client, "
+        "fastrl.rollout.refit_transport; print('vllm' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
@@ -34,35 +47,72 @@ def test_buckets_never_split_a_layer_and_respect_the_size_bound():
     items = [("model.embed_tokens.weight", torch.zeros(100))] + [(n, torch.zeros(100)) for n in names]
     items.append(("lm_head.weight", torch.zeros(100)))
     # 400 bytes per tensor; a bucket closes at the first group boundary once it holds >= 1,000 bytes
-    buckets = list(_buckets(items, 1000))
+    buckets = list(group_buckets(items, 1000))
     assert [n for b in buckets for n, _ in b] == [n for n, _ in items]
-    for bucket in buckets:
-        groups = [weight_group(n) for n, _ in bucket]
-        assert all(sum(1 for x in groups if x == g) == groups.count(g) for g in groups)
     seen: list[str] = []
     for bucket in buckets:
         here = {weight_group(n) for n, _ in bucket}
         assert not here & set(seen)
         seen.extend(here)
     assert [len(b) for b in buckets] == [4, 3, 3, 1]  # embed + layer 0 | layer 1 | layer 2 | lm_head
-    assert len(list(_buckets(items, 10**9))) == 1
+    assert len(list(group_buckets(items, 10**9))) == 1
 
 
-def test_buckets_refuse_a_layer_split_across_the_stream():
-    items = [
-        ("model.layers.0.self_attn.q_proj.weight", torch.zeros(10)),
-        ("model.layers.1.self_attn.q_proj.weight", torch.zeros(10)),
-        ("model.layers.0.self_attn.k_proj.weight", torch.zeros(10)),
-    ]
-    with pytest.raises(ValueError, match="model.layers.0"):
-        list(_buckets(items, 1))
+def test_the_transport_is_chosen_by_the_device():
+    assert transport_for_device("cpu") == transport_for_device(None) == "shm"
+    assert transport_for_device("cuda:1") == transport_for_device(torch.device("cuda", 0)) == "cuda_ipc"
+    shm = make_transport("shm", 64)
+    try:
+        assert isinstance(shm, SharedMemoryTransport) and shm.replayable
+    finally:
+        shm.close()
+    ipc = make_transport("cuda_ipc", 64)
+    assert isinstance(ipc, CudaIpcTransport) and not ipc.replayable and ipc.replay_requests() == []
+    with pytest.raises(ValueError, match="'nccl'"):
+        make_transport("nccl", 64)
+
+
+def test_engine_client_from_config_picks_the_transport_and_gpus_by_device(monkeypatch):
+    """The one place a transport is chosen: the rank's device (CPU: shared memory; a GPU: CUDA IPC,
+    the engine seeing only that GPU)."""
+    import dataclasses
+
+    from recipes import get_recipe
+
+    seen = []
+
+    def record(policy_dir, **kwargs):
+        seen.append(kwargs)
+
+    monkeypatch.setattr(engine_client, "EngineProcessClient", record)
+    cfg = get_recipe("qwen2_tiny_text_fastrl_grpo_vllm_cpu")
+    cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, engine_tensor_parallel_size=2))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
+    engine_client.engine_client_from_config(cfg, "/models/x", "cpu")
+    engine_client.engine_client_from_config(cfg, "/models/x", torch.device("cuda", 1))
+    cpu, gpu = seen
+    assert cpu["transport"] == "shm" and "CUDA_VISIBLE_DEVICES" not in cpu["env"]
+    assert cpu["llm_kwargs"]["enforce_eager"] and "enable_sleep_mode" not in cpu["llm_kwargs"]
+    assert gpu["transport"] == "cuda_ipc" and gpu["env"]["CUDA_VISIBLE_DEVICES"] == "5,6"
+    assert gpu["llm_kwargs"]["enable_sleep_mode"] == cfg.rollout.sleep_between_steps
+
+
+def test_engine_sees_only_its_ranks_gpus():
+    assert engine_client.physical_gpus(3, 1, None) == ["3"]
+    assert engine_client.physical_gpus(1, 2, "4,5,6,7") == ["5", "6"]
+    with pytest.raises(ValueError, match="CUDA_VISIBLE_DEVICES"):
+        engine_client.physical_gpus(3, 2, "0,1,2,3")
+
+
+# ---- the engine server's logic, without vLLM ------------------------------------------------------
 
 
 class _RecordingLLM:
-    """Records the calls the engine makes on ``vllm.LLM`` (sleep mode is GPU-only in vLLM)."""
+    """Records the calls the engine server makes on ``vllm.LLM`` (sleep mode is GPU-only in vLLM)."""
 
     def __init__(self) -> None:
         self.calls: list[tuple] = []
+        self.loaded: dict[str, torch.Tensor] = {}
 
     def sleep(self, level):
         self.calls.append(("sleep", level))
@@ -71,32 +121,55 @@ class _RecordingLLM:
         self.calls.append(("wake_up", tuple(tags) if tags else None))
 
     def collective_rpc(self, method, kwargs):
-        self.calls.append((method, [name for name, _ in kwargs["weights_iterator"]]))
+        items = [(name, t.clone()) for name, t in kwargs["weights_iterator"]]
+        self.loaded.update(items)
+        self.calls.append((method, [name for name, _ in items]))
 
     def reset_prefix_cache(self):
         self.calls.append(("reset_prefix_cache",))
 
 
-def _engine_with(llm, *, sleep_enabled=True):
-    from fastrl.rollout.vllm_engine import VLLMRolloutEngine
+@pytest.fixture()
+def server_module(monkeypatch):
+    """``engine_server.py`` loaded by path, as the engine environment runs it (its import-time
+    environment settings are undone after the test)."""
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
+    spec = importlib.util.spec_from_file_location("fastrl_engine_server_under_test", SERVER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
-    engine = VLLMRolloutEngine.__new__(VLLMRolloutEngine)  # no vLLM: only the sleep/refit logic
-    engine.llm, engine.sleep_enabled, engine.refit_bucket_bytes = llm, sleep_enabled, 2**20
-    engine._asleep, engine._weights_awake, engine._prefix_cache_stale = False, True, False
-    engine.weight_version = 0
-    return engine
+
+def _server(module, llm, *, sleep_enabled=True):
+    server = module.Server.__new__(module.Server)  # no vLLM: only the sleep/refit logic
+    server.llm, server.sleep_enabled = llm, sleep_enabled
+    server.asleep, server.weights_awake = False, True
+    server._maps, server.received, server.weight_version = {}, {}, 0
+    return server
 
 
-def test_refit_while_asleep_wakes_weights_first_and_kv_cache_later(monkeypatch):
-    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
+WEIGHTS = [("model.layers.0.mlp.up_proj.weight", torch.arange(6.0).reshape(2, 3)),
+           ("lm_head.weight", torch.ones(4, dtype=torch.bfloat16))]
+
+
+def _via_shared_memory(server) -> int:
+    """The client's transport writes the buckets, the server loads them."""
+    transport = SharedMemoryTransport(2**20)
+    try:
+        return transport.send(iter(WEIGHTS), request=lambda req: getattr(server, f"op_{req['op']}")(req), wait=lambda h: None)[0]
+    finally:
+        transport.close()
+
+
+def test_refit_while_asleep_wakes_weights_first_and_kv_cache_later(server_module):
     llm = _RecordingLLM()
-    engine = _engine_with(llm)
-    engine.sleep()
-    engine.sleep()  # idempotent
-    weights = [("model.layers.0.mlp.up_proj.weight", torch.zeros(2)), ("lm_head.weight", torch.zeros(2))]
-    assert engine.update_weights(iter(weights)) == 2
-    engine.wake()
-    engine.wake()  # idempotent
+    server = _server(server_module, llm)
+    server.op_sleep({})
+    server.op_sleep({})  # idempotent
+    assert _via_shared_memory(server) == 2
+    server.op_wake({})
+    server.op_wake({})  # idempotent
     assert llm.calls == [
         ("sleep", 1),
         ("wake_up", ("weights",)),
@@ -104,36 +177,41 @@ def test_refit_while_asleep_wakes_weights_first_and_kv_cache_later(monkeypatch):
         ("wake_up", ("kv_cache",)),
         ("reset_prefix_cache",),
     ]
-    assert engine.weight_version == 1
+    for name, tensor in WEIGHTS:
+        assert torch.equal(llm.loaded[name], tensor)
+        assert server.received[name] == pytest.approx(float(tensor.double().square().sum()))
+    assert server.op_group_sums({})["sums"] == {"model.layers.0": 55.0, "lm_head": 4.0}
 
 
-def test_sleep_wake_without_refit_and_without_sleep_mode():
+def test_refit_awake_resets_the_prefix_cache_and_sleep_mode_off_is_a_no_op(server_module):
     llm = _RecordingLLM()
-    engine = _engine_with(llm)
-    engine.sleep()
-    engine.wake()
-    assert llm.calls == [("sleep", 1), ("wake_up", None)]
-    off = _RecordingLLM()
-    engine = _engine_with(off, sleep_enabled=False)
-    engine.sleep()
-    engine.wake()
-    assert off.calls == []
+    server = _server(server_module, llm, sleep_enabled=False)
+    server.op_sleep({})
+    _via_shared_memory(server)
+    server.op_wake({})
+    assert llm.calls == [("reload_weights", [n for n, _ in WEIGHTS]), ("reset_prefix_cache",)]
 
 
-def test_from_pretrained_maps_the_rollout_section(monkeypatch):
-    from fastrl.config import RolloutConfig
-    from fastrl.rollout.vllm_engine import VLLMRolloutEngine
+def test_cuda_ipc_transport_packs_buckets_the_server_reloads(server_module, monkeypatch):
+    """The CUDA IPC transport's bucketing, frozen tensors and request, on CPU tensors: the IPC handle
+    itself (``reduce_tensor`` of a CUDA buffer, rebuilt in the engine) needs a GPU and is replaced
+    by the buffer here; the server reloads from views of it as it does from the rebuilt buffer."""
+    import torch.multiprocessing.reductions as reductions
 
-    seen = {}
+    monkeypatch.setattr(reductions, "reduce_tensor", lambda buffer: buffer.clone())
+    llm = _RecordingLLM()
+    server = _server(server_module, llm)
+    transport = CudaIpcTransport(1, skip_after_first=lambda n: n.startswith("model.layers.0."))
+    requests = []
 
-    def fake_init(self, model_path, **kwargs):
-        seen.update(kwargs, model_path=model_path)
+    def request(req):
+        requests.append(req["op"])
+        return server._reload([(req["handle"], req["entries"])])
 
-    monkeypatch.setattr(VLLMRolloutEngine, "__init__", fake_init)
-    rollout = RolloutConfig(engine="vllm", engine_tensor_parallel_size=2, gpu_memory_utilization=0.4, seed=9,
-                            sleep_between_steps=False, suppress_special_tokens=True)
-    VLLMRolloutEngine.from_pretrained("/models/x", rollout, max_model_len=1024)
-    assert seen == {
-        "model_path": "/models/x", "tensor_parallel_size": 2, "gpu_memory_utilization": 0.4, "seed": 9,
-        "enable_sleep_mode": False, "suppress_special_tokens": True, "max_model_len": 1024,
-    }
+    assert transport.send(iter(WEIGHTS), request, wait=lambda h: None) == (2, 24 + 8)
+    assert requests == ["load_weights_ipc", "load_weights_ipc"]  # one per bucket (1-byte buckets)
+    for name, tensor in WEIGHTS:
+        assert torch.equal(llm.loaded[name], tensor)
+    llm.loaded.clear()
+    assert transport.send(iter(WEIGHTS), request, wait=lambda h: None) == (1, 8)  # frozen: sent once
+    assert list(llm.loaded) == ["lm_head.weight"]
