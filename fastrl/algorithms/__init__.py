@@ -19,7 +19,7 @@ from fastrl.algorithms.kl import k1, k2, kl_estimate, low_var_kl
 from fastrl.algorithms.kl_penalty import KLPenalty, kl_penalized_rewards
 from fastrl.algorithms.losses import aggregate_loss, gspo_loss, kl_loss, loss_denominator, ppo_clip_loss
 from fastrl.algorithms.minhash import ResponseSketch, estimate_jaccard, minhash_sketch
-from fastrl.algorithms.peer_selectors import max_variance_subset, pods_select, zero_advantage_select
+from fastrl.algorithms.peer_selectors import matched_select, max_variance_subset, pods_select, zero_advantage_select
 from fastrl.algorithms.prompt_skipping import PromptSkipper
 from fastrl.algorithms.pruning import PruneResult, jaccard, mdap_select, refill_need
 
@@ -44,6 +44,7 @@ __all__ = [
     "kl_penalized_rewards",
     "loss_denominator",
     "low_var_kl",
+    "matched_select",
     "max_variance_subset",
     "mdap_select",
     "minhash_sketch",

@@ -35,7 +35,7 @@ def _per_group_k(b: Batch, keep_ratio: float) -> np.ndarray:
     return k_group[b.gidx]
 
 
-def _rank_randomly(b: Batch, segment: np.ndarray, generator: torch.Generator) -> tuple[np.ndarray, np.ndarray]:
+def rank_randomly(b: Batch, segment: np.ndarray, generator: torch.Generator) -> tuple[np.ndarray, np.ndarray]:
     """Rows sorted by (segment, uniform draw) and their rank within the segment.
 
     Draws N float64 uniforms from ``generator`` (one per row, row order), so the same seed gives
@@ -46,7 +46,7 @@ def _rank_randomly(b: Batch, segment: np.ndarray, generator: torch.Generator) ->
     return srt, rank_in_segments(segment[srt])
 
 
-def _first_k(b: Batch, srt: np.ndarray, rank: np.ndarray, k: np.ndarray | int) -> np.ndarray:
+def first_k(b: Batch, srt: np.ndarray, rank: np.ndarray, k: np.ndarray | int) -> np.ndarray:
     """bool [N] Phase 1 mask: the rows ranked below ``k`` (int64 [N] per row, or one int) in their segment.
 
     ``srt`` / ``rank``: rows sorted by segment and their rank within it (int64 [N] each).
@@ -85,7 +85,7 @@ def cppo_select(
     b = call.batch
     k = _per_group_k(b, keep_ratio)
     srt, rank = rank_by_abs_desc(b, b.gidx)
-    return finish_pruner(call, _first_k(b, srt, rank, k), num_buckets=0, pruner="CPPO")
+    return finish_pruner(call, first_k(b, srt, rank, k), num_buckets=0, pruner="CPPO")
 
 
 def random_select(
@@ -112,8 +112,8 @@ def random_select(
     )
     b = call.batch
     k = _per_group_k(b, keep_ratio)
-    srt, rank = _rank_randomly(b, b.gidx, generator)
-    return finish_pruner(call, _first_k(b, srt, rank, k), num_buckets=0, pruner="random pruning")
+    srt, rank = rank_randomly(b, b.gidx, generator)
+    return finish_pruner(call, first_k(b, srt, rank, k), num_buckets=0, pruner="random pruning")
 
 
 def advantage_only_select(
@@ -142,5 +142,5 @@ def advantage_only_select(
     )
     b = call.batch
     bid, num_buckets = advantage_buckets(b, semantics, float(adv_tolerance))
-    srt, rank = _rank_randomly(b, bid, generator)
-    return finish_pruner(call, _first_k(b, srt, rank, 1), num_buckets=num_buckets, pruner="advantage-only pruning")
+    srt, rank = rank_randomly(b, bid, generator)
+    return finish_pruner(call, first_k(b, srt, rank, 1), num_buckets=num_buckets, pruner="advantage-only pruning")

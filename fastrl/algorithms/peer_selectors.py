@@ -12,6 +12,11 @@ mask by its own rule and shares MDAP's Phase 2 refill and :class:`~fastrl.algori
   Tie-breaks: equal values are ordered by batch order (the lowest = the first of the ascending
   (value, row) order, the highest = the last); among values of ``k`` with the same variance (to
   1e-12 relative) the smallest ``k`` wins (more of the low end).
+- :func:`matched_select`: the matched-ratio peers of MDAP: in every group keep exactly as many
+  rollouts as a reference keep mask (MDAP's Phase 1 at the same step) keeps there, chosen by another
+  rule: ``"random"`` (uniform, from the caller's generator), ``"top_abs"`` (largest ``|a|``, CPPO's
+  rule; ties: batch order) or ``"pods"`` (max variance, as :func:`pods_select`). The same budget,
+  spent another way: whether MDAP's choice of *which* rollouts to keep matters.
 - :func:`zero_advantage_select`: drop every rollout whose advantage is 0 (to 4 decimals: the
   reference's bucket rounding), i.e. the groups where every response got the same reward and the
   ties at the group mean; they carry no policy gradient (only the KL term). A batch where every
@@ -24,10 +29,14 @@ from typing import Any
 
 import numpy as np
 
-from fastrl.algorithms._prune_batch import Refill, start_pruner
+from fastrl.algorithms._prune_batch import Refill, rank_by_abs_desc, start_pruner
+from fastrl.algorithms.baseline_pruners import first_k, rank_randomly
 from fastrl.algorithms.pruning import PruneResult, finish_pruner
 
-__all__ = ["max_variance_subset", "pods_select", "zero_advantage_select"]
+__all__ = ["MATCHED_RULES", "matched_select", "max_variance_subset", "pods_select", "zero_advantage_select"]
+
+#: The selection rules of :func:`matched_select`.
+MATCHED_RULES = ("random", "top_abs", "pods")
 
 
 def max_variance_subset(values: Any, m: int) -> np.ndarray:
@@ -110,3 +119,61 @@ def zero_advantage_select(
     if not keep.any():  # no rollout carries a policy gradient: keep each group's first (the KL term trains)
         keep[np.sort(b.order[np.r_[0, np.cumsum(b.group_sizes)[:-1]]])] = True
     return finish_pruner(call, keep, num_buckets=0, pruner="zero-advantage skip")
+
+
+def matched_select(
+    advantages: Any,
+    group_ids: Any,
+    reference_keep: Any,
+    *,
+    rule: str,
+    generator: Any = None,
+    multiple: int = 1,
+    refill: Refill = "round_robin",
+    allow_padding: bool = False,
+    response_lengths: Any = None,
+) -> PruneResult:
+    """Keep, in every group, as many rollouts as ``reference_keep`` keeps there, chosen by ``rule``;
+    then refill as MDAP's Phase 2.
+
+    Args:
+        advantages: float [N]; group_ids: int [N].
+        reference_keep: bool [N], the reference selection whose per-group counts are matched
+            (MDAP's ``PruneResult.phase1_keep`` of the same batch).
+        rule: ``"random"`` (uniform; needs ``generator``, draws N float64 uniforms), ``"top_abs"``
+            (largest ``|a|``, ties: batch order) or ``"pods"`` (max variance of the kept advantages,
+            :func:`max_variance_subset`).
+        generator: a seeded ``torch.Generator`` (rule ``"random"`` only).
+        multiple / refill / allow_padding / response_lengths: as :func:`pods_select`.
+
+    Returns:
+        :class:`PruneResult` whose ``phase1_keep`` holds exactly the reference's count per group
+        (``num_buckets`` = 0).
+
+    Raises:
+        ValueError: an unknown ``rule``, ``reference_keep`` of another length, or ``"random"``
+            without a generator.
+    """
+    if rule not in MATCHED_RULES:
+        raise ValueError(f"`rule` must be one of {MATCHED_RULES}, got {rule!r}")
+    call = start_pruner(
+        advantages, group_ids, multiple=multiple, refill=refill, allow_padding=allow_padding,
+        response_lengths=response_lengths, **({"generator": generator} if rule == "random" else {}),
+    )
+    b = call.batch
+    ref = np.asarray(reference_keep, dtype=bool).reshape(-1)
+    if ref.shape[0] != b.n:
+        raise ValueError(f"`reference_keep` has {ref.shape[0]} entries for {b.n} rollouts")
+    k_group = np.bincount(b.gidx, weights=ref.astype(np.float64), minlength=b.uniq_groups.shape[0]).astype(np.int64)
+    if rule == "random":
+        srt, rank = rank_randomly(b, b.gidx, generator)
+        keep = first_k(b, srt, rank, k_group[b.gidx])
+    elif rule == "top_abs":
+        srt, rank = rank_by_abs_desc(b, b.gidx)
+        keep = first_k(b, srt, rank, k_group[b.gidx])
+    else:
+        keep = np.zeros(b.n, dtype=bool)
+        for g in np.nonzero(k_group)[0]:
+            rows = np.nonzero(b.gidx == g)[0]  # batch order
+            keep[rows[max_variance_subset(b.adv[rows], int(k_group[g]))]] = True
+    return finish_pruner(call, keep, num_buckets=0, pruner=f"matched-ratio {rule}")

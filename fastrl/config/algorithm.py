@@ -235,7 +235,8 @@ class PruningConfig:
     """Rollout pruning after advantage estimation (MDAP and baselines; spec section 2)."""
 
     method: Literal[
-        "none", "fastrl", "fastrl_unbiased", "cppo", "random", "advantage_only", "pods", "zero_adv_skip", "greso"
+        "none", "fastrl", "fastrl_unbiased", "cppo", "random", "advantage_only", "pods", "zero_adv_skip", "greso",
+        "matched_random", "matched_top_abs", "matched_pods",
     ] = doc(
         "fastrl",
         "none: train on every rollout; fastrl: MDAP (advantage buckets + Jaccard diversity); "
@@ -246,7 +247,11 @@ class PruningConfig:
         "rollout per advantage bucket; pods: PODS max-variance down-sampling (keep_ratio of each "
         "group); zero_adv_skip: drop the rollouts whose advantage is 0; greso: GRESO-style "
         "pre-rollout prompt skipping from each prompt's zero-variance history (no generation for "
-        "the skipped prompts; every generated rollout trains; fastrl/algorithms/prompt_skipping.py).",
+        "the skipped prompts; every generated rollout trains; fastrl/algorithms/prompt_skipping.py); "
+        "matched_random / matched_top_abs / matched_pods: the matched-ratio peers of MDAP: run MDAP, "
+        "then keep in every group exactly as many rollouts as MDAP kept there, chosen uniformly at "
+        "random, by largest |advantage| (CPPO's rule) or by PODS's max-variance rule "
+        "(fastrl/algorithms/peer_selectors.py::matched_select); pruning.weighting applies as for MDAP.",
     )
     apply: bool = doc(
         True,

@@ -16,6 +16,10 @@ import fastrl.algorithms as P
 from fastrl.algorithms.minhash import ResponseSketch, minhash_sketch
 from fastrl.config import PruningConfig
 
+#: The methods that run MDAP: itself, its importance-weighted variant, and the matched-ratio peers
+#: (which keep MDAP's per-group counts, chosen by another rule).
+MDAP_METHODS = ("fastrl", "fastrl_unbiased", "matched_random", "matched_top_abs", "matched_pods")
+
 
 def keep_all(group_ids: torch.Tensor, lengths: torch.Tensor) -> P.PruneResult:
     """A PruneResult that keeps every rollout."""
@@ -46,7 +50,7 @@ def select_rollouts(
         advantages: float [N]; group_ids: int64 [N]; responses: N int64 [L_i] token-id tensors,
             or their MinHash sketch (``similarity_mode="minhash"``; what DP ranks exchange).
         multiple: the kept count is refilled to a multiple of this (spec 2.3).
-        generator: seeded generator of the random and advantage-only pruners.
+        generator: seeded generator of the random, advantage-only and matched-ratio random pruners.
     """
     if isinstance(responses, ResponseSketch):
         lengths = torch.as_tensor(responses.to_tensors()[1], dtype=torch.long)
@@ -55,13 +59,18 @@ def select_rollouts(
     common = dict(multiple=multiple, refill=cfg.refill, allow_padding=cfg.allow_padding)
     if cfg.method in ("none", "greso"):  # greso skips prompts before generation; trains on every rollout
         return keep_all(group_ids, lengths)
-    if cfg.method in ("fastrl", "fastrl_unbiased"):
+    if cfg.method in MDAP_METHODS:
         if cfg.similarity_mode == "minhash" and not isinstance(responses, ResponseSketch):
             responses = minhash_sketch(responses, num_bins=cfg.minhash_num_perm, ngram=cfg.ngram)
         result = P.mdap_select(
             advantages, group_ids, responses, similarity_threshold=cfg.similarity_threshold,
             semantics=cfg.semantics, ngram=cfg.ngram, adv_tolerance=cfg.adv_tolerance, **common,
         )
+        if cfg.method.startswith("matched_"):  # MDAP's count per group, another choice of rollouts
+            result = P.matched_select(
+                advantages, group_ids, result.phase1_keep, rule=cfg.method.removeprefix("matched_"),
+                generator=generator, response_lengths=lengths, **common,
+            )
     elif cfg.method == "cppo":
         result = P.cppo_select(advantages, group_ids, keep_ratio=cfg.keep_ratio, response_lengths=lengths, **common)
     elif cfg.method == "random":

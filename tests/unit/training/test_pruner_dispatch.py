@@ -62,3 +62,18 @@ def test_mini_batch_sizes():
     assert mini_batch_sizes(4, 16, 4) == [4]
     with pytest.raises(ValueError, match="micro-batches of 4"):
         mini_batch_sizes(10, 8, 4)
+
+
+def test_matched_peers_keep_mdaps_count_chosen_by_their_rule():
+    # MDAP keeps 3 (one per advantage level); the matched peers keep 3 as well, by their own rule.
+    # Breakage caught: a dispatch that runs the peer at its own keep_ratio (4 of 8) or returns MDAP's choice.
+    top = select_rollouts(PruningConfig(method="matched_top_abs"), ADV, GIDS, RESP, multiple=1, generator=torch.Generator())
+    assert top.indices.tolist() == [0, 1, 5]  # |-1.37|, then the first two of the tied 1.16s
+    pods = select_rollouts(PruningConfig(method="matched_pods"), ADV, GIDS, RESP, multiple=1, generator=torch.Generator())
+    assert pods.num_kept == 3 and 5 in pods.indices.tolist()
+    draws = {
+        tuple(select_rollouts(PruningConfig(method="matched_random"), ADV, GIDS, RESP, multiple=1,
+                              generator=torch.Generator().manual_seed(s)).indices.tolist())
+        for s in range(20)
+    }
+    assert all(len(d) == 3 for d in draws) and len(draws) > 5  # the same count, many different choices
