@@ -9,7 +9,7 @@ from typing import Literal
 
 from fastrl.config.fields import _check, _check_finite, _check_seed, doc
 
-__all__ = ["MISMATCH_TOLERANCE_AUTO", "AdaptiveSamplingConfig", "AlgorithmConfig", "PruningConfig", "RolloutConfig"]
+__all__ = ["MISMATCH_TOLERANCE_AUTO", "VERIFY_REFIT_TOLERANCE_AUTO", "AdaptiveSamplingConfig", "AlgorithmConfig", "PruningConfig", "RolloutConfig"]
 
 #: ``rollout.mismatch_tolerance='auto'``: the per-step mismatch guard's bound for each
 #: ``precision.mode`` (mean |logp_engine - logp_trainer| over a step's sampled tokens). fp32: every
@@ -21,6 +21,13 @@ __all__ = ["MISMATCH_TOLERANCE_AUTO", "AdaptiveSamplingConfig", "AlgorithmConfig
 #: bound rollout.verify_refit_tolerance's documentation gives for bf16. fp8: FP8 GEMMs in the actor
 #: against a bf16 engine add their own rounding; not measured here (no GPU), so twice the bf16 bound.
 MISMATCH_TOLERANCE_AUTO: dict[str, float] = {"fp32": 1e-4, "bf16": 5e-2, "fp8": 1e-1}
+
+#: ``rollout.verify_refit_tolerance='auto'``: the refit probe's bound for each ``precision.mode``
+#: (mean |logp_engine - logp_trainer| on the fixed probe). fp32: ~1e-6 measured (docs/engine.md),
+#: 1e-3 as before; bf16 and fp8: a bf16 engine (vLLM TP1) against a bf16 / FP8 megatron actor at
+#: another TP differs by rounding alone up to the bf16 bound of MISMATCH_TOLERANCE_AUTO, so the same
+#: bounds (1e-3 stopped every bf16 GPU run at its first check).
+VERIFY_REFIT_TOLERANCE_AUTO: dict[str, float] = {"fp32": 1e-3, "bf16": 5e-2, "fp8": 1e-1}
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -83,10 +90,11 @@ class RolloutConfig:
         10, "Refit verification: the engine scores a fixed probe after the first refit and every this "
         "many refits, compared with the trainer's log-probs (0: off).",
     )
-    verify_refit_tolerance: float = doc(
-        1e-3, "Refit verification: largest allowed mean |logp_engine - logp_trainer| on the probe "
-        "(fp32: ~1e-6 seen; bf16 needs ~5e-2); above it the run stops naming the parameter group "
-        "that differs most.",
+    verify_refit_tolerance: float | Literal["auto"] = doc(
+        "auto", "Refit verification: largest allowed mean |logp_engine - logp_trainer| on the probe; "
+        "above it the run stops naming the parameter group that differs most. 'auto': by "
+        "precision.mode, fp32 1e-3 (~1e-6 seen), bf16 5e-2, fp8 1e-1 "
+        "(fastrl/config/algorithm.py::VERIFY_REFIT_TOLERANCE_AUTO); a number: that bound (> 0).",
     )
     mismatch_tolerance: float | Literal["auto"] | None = doc(
         "auto",
@@ -116,7 +124,11 @@ class RolloutConfig:
         _check(self.engine_threads >= 0, f"rollout.engine_threads must be >= 0, got {self.engine_threads}")
         _check(self.refit_bucket_mb > 0, f"rollout.refit_bucket_mb must be > 0, got {self.refit_bucket_mb}")
         _check(self.verify_refit_every >= 0, f"rollout.verify_refit_every must be >= 0, got {self.verify_refit_every}")
-        _check(self.verify_refit_tolerance > 0, f"rollout.verify_refit_tolerance must be > 0, got {self.verify_refit_tolerance}")
+        _check(
+            self.verify_refit_tolerance == "auto" or (
+                isinstance(self.verify_refit_tolerance, (int, float)) and self.verify_refit_tolerance > 0),
+            f"rollout.verify_refit_tolerance must be 'auto' or a number > 0, got {self.verify_refit_tolerance!r}",
+        )
         tol = self.mismatch_tolerance
         _check(
             tol is None or tol == "auto" or (isinstance(tol, (int, float)) and not isinstance(tol, bool) and tol > 0),

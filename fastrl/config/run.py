@@ -12,6 +12,7 @@ from typing import Any
 
 from fastrl.config.algorithm import (
     MISMATCH_TOLERANCE_AUTO,
+    VERIFY_REFIT_TOLERANCE_AUTO,
     AdaptiveSamplingConfig,
     AlgorithmConfig,
     PruningConfig,
@@ -193,6 +194,13 @@ class RunConfig:
         if tol == "auto":
             return MISMATCH_TOLERANCE_AUTO[self.precision.mode]
         return None if tol is None else float(tol)
+
+    @property
+    def verify_refit_tolerance(self) -> float:
+        """The refit probe's bound (``rollout.verify_refit_tolerance``, with 'auto' resolved by
+        ``precision.mode``: :data:`~fastrl.config.algorithm.VERIFY_REFIT_TOLERANCE_AUTO`)."""
+        tol = self.rollout.verify_refit_tolerance
+        return VERIFY_REFIT_TOLERANCE_AUTO[self.precision.mode] if tol == "auto" else float(tol)
 
     def update_multiple(self, dp_size: int, n: int | None = None) -> int:
         """Kept-rollout multiple for Phase-2 refill (spec 2.3).

@@ -615,6 +615,6 @@ def engine_client_from_config(cfg: Any, policy_dir: str | os.PathLike, device: t
         bucket_bytes=int(ro.refit_bucket_mb * 2**20),
         skip_after_first=frozen_vision_weight if cfg.model.freeze_vision_tower else None,
         name=f"vllm engine process of rank pid {os.getpid()}", llm_kwargs=llm_kwargs, env=env,
-        verify_every=ro.verify_refit_every, verify_tolerance=ro.verify_refit_tolerance,
+        verify_every=ro.verify_refit_every, verify_tolerance=cfg.verify_refit_tolerance,
         transport=transport_for_device(dev), min_pixels=cfg.data.min_pixels, max_pixels=cfg.data.max_pixels,
     )
