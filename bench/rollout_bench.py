@@ -33,30 +33,32 @@ def easy_vqa_questions(count: int) -> list[str]:
     return get_train_questions()[0][:count]
 
 
-def hf_tokens_per_s(model_dir: Path, prompts, n: int, max_tokens: int, threads: int, repeats: int) -> float:
-    import torch
-
-    from fastrl.config import RolloutConfig
+def median_tokens_per_s(engine, prompts, n: int, max_tokens: int, repeats: int) -> float:
+    """Median generated tokens/s of ``repeats`` calls (after a warm-up), every response running to
+    ``max_tokens`` (no stop tokens)."""
     from fastrl.rollout.engine import SamplingParams
-    from fastrl.rollout.hf_engine import HFRolloutEngine
 
-    engine = HFRolloutEngine.from_pretrained(model_dir, RolloutConfig(), torch_threads=threads)
     sampling = SamplingParams(temperature=1.0, top_p=1.0, top_k=-1, max_tokens=max_tokens, stop_token_ids=(), seed=0)
     engine.generate(prompts[:2], 1, sampling)  # warm-up
     rates = []
     for _ in range(repeats):
         start = time.perf_counter()
         rollouts = engine.generate(prompts, n, sampling)
-        elapsed = time.perf_counter() - start
-        rates.append(sum(rollouts.lengths) / elapsed)
-    del torch
+        rates.append(sum(rollouts.lengths) / (time.perf_counter() - start))
     return statistics.median(rates)
+
+
+def hf_tokens_per_s(model_dir: Path, prompts, n: int, max_tokens: int, threads: int, repeats: int) -> float:
+    from fastrl.config import RolloutConfig
+    from fastrl.rollout.hf_engine import HFRolloutEngine
+
+    engine = HFRolloutEngine.from_pretrained(model_dir, RolloutConfig(), torch_threads=threads)
+    return median_tokens_per_s(engine, prompts, n, max_tokens, repeats)
 
 
 def vllm_tokens_per_s(model_dir: Path, prompts, n: int, max_tokens: int, repeats: int) -> float:
     """The vLLM engine (its own process in .venv-vllm, :class:`fastrl.rollout.engine_client.EngineProcessClient`)
     on the same prompts; tokens/s measured on the trainer's side (the socket round trip included)."""
-    from fastrl.rollout.engine import SamplingParams
     from fastrl.rollout.engine_client import EngineProcessClient
 
     python = REPO / ".venv-vllm" / "bin" / "python"
@@ -67,16 +69,9 @@ def vllm_tokens_per_s(model_dir: Path, prompts, n: int, max_tokens: int, repeats
         llm_kwargs=dict(max_model_len=512, dtype="float32", kv_cache_memory_bytes=256 * 2**20),
     )
     try:
-        sampling = SamplingParams(temperature=1.0, top_p=1.0, top_k=-1, max_tokens=max_tokens, stop_token_ids=(), seed=0)
-        client.generate(prompts[:2], 1, sampling)  # warm-up
-        rates = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            rollouts = client.generate(prompts, n, sampling)
-            rates.append(sum(rollouts.lengths) / (time.perf_counter() - start))
+        return median_tokens_per_s(client, prompts, n, max_tokens, repeats)
     finally:
         client.shutdown()
-    return statistics.median(rates)
 
 
 def main() -> None:
