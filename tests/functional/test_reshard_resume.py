@@ -6,6 +6,12 @@ megatron dist-checkpointing reshards the weights and the DistributedOptimizer st
 (``checkpoint.optimizer_format=fully_reshardable``), so step 3 draws the same rollouts and ends in
 the same weights and Adam moments up to float rounding (TP/PP change the order of reductions).
 A fresh Adam after the resume would leave the first moments at a tenth of the straight run's.
+
+The runs use the deterministic coin reward (``tests/functional/coin_rewards.py``): under the
+recipe's strict reward the untrained policy's advantages are all 0, no policy-gradient step is
+taken, and a resume that lost or scrambled the optimizer state would still match. The test asserts
+non-zero advantages and gradients at step 3. Breakage checked: skipping ``optimizer.load_state_dict``
+on resume (``fastrl/checkpoint/io.py``, Adam restarts from zero moments) fails it at step 3.
 """
 
 import os
@@ -15,12 +21,12 @@ import sys
 import pytest
 import torch
 
-from tests.functional.conftest import REPO, TINY, read_jsonl, run_train
+from tests.functional.conftest import COIN_REWARD, REPO, TINY, read_jsonl, run_train
 
 pytestmark = [pytest.mark.functional, pytest.mark.distributed, pytest.mark.long(160)]
 
 RECIPE = "easyvqa_tiny_fastrl_grpo_cpu"
-COMMON = ["trainer.max_steps=3"]
+COMMON = ["trainer.max_steps=3", COIN_REWARD]
 
 
 def _torchrun(out_dir, *overrides):
@@ -74,6 +80,7 @@ def test_resume_at_another_layout_continues_the_run(runs, layout, tmp_path):
     assert "resharded from TP=1 PP=1 DP=1" in log
 
     a, b = _step(straight, 3), _step(run_root, 3)
+    assert a["advantage/abs_mean"] > 0.1 and a["actor/grad_norm"] > 0  # step 3 takes a policy-gradient step
     # the same weights generate the same rollouts and rewards at step 3
     for key in ("reward/mean", "accuracy/mean", "rollout/generated_tokens", "prune/num_kept", "prune/kept_tokens"):
         assert a[key] == b[key], key
