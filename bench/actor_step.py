@@ -167,7 +167,7 @@ def synthetic_batch(
     adv = torch.randn(rollouts, generator=g)
     batch = PolicyBatch(
         input_ids=ids, attention_mask=attention, response_mask=response, pixel_values=pixels,
-        image_grid_thw=grids, tensors={"advantages": adv},
+        image_grid_thw=grids, advantages=adv,
     )
     return batch.to(device)
 

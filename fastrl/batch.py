@@ -8,15 +8,22 @@ the tokens before it, so column 0 is never a response token).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Iterator, Sequence
 
 import torch
 
+#: The optional per-rollout tensors of a :class:`PolicyBatch` (first dimension N), in field order.
+ROW_TENSORS = ("group_ids", "advantages", "engine_log_probs", "old_log_probs", "ref_log_probs")
 
-@dataclass
+#: Those of them that are per token, [N, T] aligned with ``input_ids``.
+TOKEN_TENSORS = ("engine_log_probs", "old_log_probs", "ref_log_probs")
+
+
+@dataclass(frozen=True)
 class PolicyBatch:
-    """Rollouts as model input.
+    """Rollouts as model input. Immutable: a phase that adds a tensor returns a new batch
+    (:meth:`with_tensors`); the tensors are shared, never written in place.
 
     Attributes:
         input_ids: int64 [N, T], right-padded.
@@ -26,8 +33,13 @@ class PolicyBatch:
             [patches, C x temporal x patch x patch] as the Qwen2.5-VL processor makes them) or None
             for a text-only rollout; None for a text-only model.
         image_grid_thw: per rollout, int64 [images, 3] (temporal, height, width patches) or None.
-        tensors: extra per-rollout tensors (first dimension N): advantages, old / reference /
-            engine log-probs, ...
+        group_ids: int64 [N], the global group (prompt) id of each rollout, or None.
+        advantages: float32 [N], one advantage per rollout, or None (before the advantages).
+        engine_log_probs: float32 [N, T], the rollout engine's log-probs of the sampled tokens (0
+            outside responses), or None.
+        old_log_probs: float32 [N, T], the trainer's log-probs before the update (the PPO ratio's
+            denominator), or None (before :func:`fastrl.training.update_phase.add_log_probs`).
+        ref_log_probs: float32 [N, T], the reference policy's log-probs, or None (no reference).
     """
 
     input_ids: torch.Tensor
@@ -35,7 +47,11 @@ class PolicyBatch:
     response_mask: torch.Tensor
     pixel_values: list[torch.Tensor | None] | None = None
     image_grid_thw: list[torch.Tensor | None] | None = None
-    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+    group_ids: torch.Tensor | None = None
+    advantages: torch.Tensor | None = None
+    engine_log_probs: torch.Tensor | None = None
+    old_log_probs: torch.Tensor | None = None
+    ref_log_probs: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         n, t = self.input_ids.shape
@@ -46,9 +62,11 @@ class PolicyBatch:
             value = getattr(self, name)
             if value is not None and len(value) != n:
                 raise ValueError(f"PolicyBatch.{name} has {len(value)} entries for {n} rollouts")
-        for key, value in self.tensors.items():
+        for name, value in self.row_tensors().items():
             if value.shape[0] != n:
-                raise ValueError(f"PolicyBatch.tensors[{key!r}] has first dimension {value.shape[0]}, expected {n}")
+                raise ValueError(f"PolicyBatch.{name} has first dimension {value.shape[0]}, expected {n}")
+            if name in TOKEN_TENSORS and value.shape != (n, t):
+                raise ValueError(f"PolicyBatch.{name} has shape {tuple(value.shape)}, expected {(n, t)}")
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
@@ -62,6 +80,10 @@ class PolicyBatch:
         """int64 [N]: real tokens per rollout (prompt + response): the token load of a rollout."""
         return self.attention_mask.sum(dim=1).to(torch.int64)
 
+    def row_tensors(self) -> dict[str, torch.Tensor]:
+        """The per-rollout tensors that are set (:data:`ROW_TENSORS` order), in a new dict."""
+        return {name: value for name in ROW_TENSORS if (value := getattr(self, name)) is not None}
+
     def select(self, index: Sequence[int] | torch.Tensor) -> "PolicyBatch":
         """The rollouts at ``index`` (in that order)."""
         idx = torch.as_tensor(index, dtype=torch.long)
@@ -72,7 +94,7 @@ class PolicyBatch:
             response_mask=self.response_mask[idx],
             pixel_values=pick(self.pixel_values),
             image_grid_thw=pick(self.image_grid_thw),
-            tensors={k: v[idx] for k, v in self.tensors.items()},
+            **{k: v[idx] for k, v in self.row_tensors().items()},
         )
 
     def to(self, device: torch.device | str) -> "PolicyBatch":
@@ -87,12 +109,20 @@ class PolicyBatch:
             response_mask=self.response_mask.to(device),
             pixel_values=move(self.pixel_values),
             image_grid_thw=move(self.image_grid_thw),
-            tensors={k: v.to(device) for k, v in self.tensors.items()},
+            **{k: v.to(device) for k, v in self.row_tensors().items()},
         )
 
-    def with_tensors(self, **tensors: torch.Tensor) -> "PolicyBatch":
-        """A copy with ``tensors`` added (or replaced)."""
-        return replace(self, tensors={**self.tensors, **tensors})
+    def with_tensors(self, **tensors: torch.Tensor | None) -> "PolicyBatch":
+        """A new batch with the per-rollout ``tensors`` (names from :data:`ROW_TENSORS`) set or
+        replaced; ``self`` is unchanged.
+
+        Raises:
+            TypeError: a name that is not a per-rollout tensor.
+        """
+        unknown = sorted(set(tensors) - set(ROW_TENSORS))
+        if unknown:
+            raise TypeError(f"PolicyBatch has no per-rollout tensor {unknown}; known: {list(ROW_TENSORS)}")
+        return replace(self, **tensors)
 
     def micro_batches(self, size: int) -> Iterator["PolicyBatch"]:
         """Consecutive micro-batches of ``size`` rollouts.

@@ -162,7 +162,9 @@ def scale_local_advantages(batch: PolicyBatch, outcome: DPPruneOutcome, weights:
     inputs = outcome.inputs
     if weights.shape != (len(inputs),):
         raise ValueError(f"weights of shape {tuple(weights.shape)} for {len(inputs)} rollouts")
-    adv = batch.tensors["advantages"]
+    adv = batch.advantages
+    if adv is None:
+        raise ValueError("scale_local_advantages needs a batch with advantages")
     mine = weights[inputs.owners == collectives.dp_rank()].to(adv)
     return batch.with_tensors(advantages=adv * mine)
 
@@ -241,9 +243,16 @@ def concat_batches(batches: Sequence[PolicyBatch]) -> PolicyBatch:
 
     Per-token tensors (second dimension equal to the batch's sequence length) are padded with
     zeros; per-rollout tensors are concatenated as they are.
+
+    Raises:
+        ValueError: no batches, or batches that carry different per-rollout tensors.
     """
     if not batches:
         raise ValueError("no batches to concatenate")
+    names = list(batches[0].row_tensors())
+    for b in batches[1:]:
+        if list(b.row_tensors()) != names:
+            raise ValueError(f"cannot concatenate batches with per-rollout tensors {names} and {list(b.row_tensors())}")
     t = max(b.seq_length for b in batches)
 
     def pad(x: torch.Tensor, seq_length: int) -> torch.Tensor:
@@ -264,7 +273,7 @@ def concat_batches(batches: Sequence[PolicyBatch]) -> PolicyBatch:
         response_mask=cat(lambda b: b.response_mask),
         pixel_values=cat_list("pixel_values"),
         image_grid_thw=cat_list("image_grid_thw"),
-        tensors={k: cat(lambda b, k=k: b.tensors[k]) for k in batches[0].tensors},
+        **{k: cat(lambda b, k=k: getattr(b, k)) for k in names},
     )
 
 

@@ -28,7 +28,7 @@ from fastrl.distributed import collectives
 from fastrl.models import logprobs as logprob_ops
 from fastrl.models.provider import MegatronPolicy
 
-#: Tensors an update needs in ``PolicyBatch.tensors``.
+#: The per-rollout tensors of a ``PolicyBatch`` an update needs.
 REQUIRED_TENSORS = ("advantages", "old_log_probs")
 
 
@@ -152,28 +152,27 @@ class Actor:
         when the batch carries ``engine_log_probs`` and ``tis_cap`` is set.
         """
         alg = self.algorithm
-        t = mb.tensors
         use_kl = alg.use_kl_loss and alg.kl_coef > 0
-        missing = [k for k in (*REQUIRED_TENSORS, *(("ref_log_probs",) if use_kl else ())) if k not in t]
+        missing = [k for k in (*REQUIRED_TENSORS, *(("ref_log_probs",) if use_kl else ())) if getattr(mb, k) is None]
         if missing:
             raise KeyError(f"the batch lacks {missing}; the actor update needs {list(REQUIRED_TENSORS)} (+ ref_log_probs with KL loss)")
         mask = mb.response_mask
         weights = None
-        if alg.tis_cap is not None and "engine_log_probs" in t:
+        if alg.tis_cap is not None and mb.engine_log_probs is not None:
             from fastrl.algorithms.importance_sampling import truncated_importance_weights
 
             weights, _ = truncated_importance_weights(
-                t["old_log_probs"], t["engine_log_probs"], mask, level=alg.tis_level, cap=alg.tis_cap
+                mb.old_log_probs, mb.engine_log_probs, mask, level=alg.tis_level, cap=alg.tis_cap
             )
         if alg.loss_type == "ppo":
             loss, metrics = ppo_clip_loss(
-                log_probs, t["old_log_probs"], t["advantages"], mask,
+                log_probs, mb.old_log_probs, mb.advantages, mask,
                 global_denominator=global_denominator, clip_low=alg.clip_low, clip_high=alg.clip_high,
                 dual_clip=alg.dual_clip_c, agg_mode=self.agg_mode, importance_weights=weights,
             )  # fmt: skip
         else:
             loss, metrics = gspo_loss(
-                log_probs, t["old_log_probs"], t["advantages"], mask,
+                log_probs, mb.old_log_probs, mb.advantages, mask,
                 global_denominator=global_denominator, clip_low=alg.gspo_clip_low, clip_high=alg.gspo_clip_high,
                 variant="token" if alg.loss_type == "gspo_token" else "sequence", agg_mode=self.agg_mode,
                 importance_weights=weights,
@@ -182,7 +181,7 @@ class Actor:
         metrics["actor/pg_loss"] = loss.detach()
         if use_kl:
             kl, kl_metrics = kl_loss(
-                log_probs, t["ref_log_probs"], mask, global_denominator=global_denominator,
+                log_probs, mb.ref_log_probs, mask, global_denominator=global_denominator,
                 estimator=alg.kl_estimator, agg_mode=self.agg_mode,
             )  # fmt: skip
             loss = loss + alg.kl_coef * kl
@@ -203,7 +202,9 @@ class Actor:
         Returns:
             ``actor/loss`` (the global mini-batch loss, identical on every rank of the last pipeline
             stage after the DP all-reduce; also broadcast to earlier stages), ``actor/pg_loss``,
-            ``actor/kl_loss`` and the token-weighted means of the loss metrics over micro-batches.
+            ``actor/kl_loss``, and for every other loss metric its plain mean over the micro-batches
+            and then over the DP ranks (each micro-batch counts once, whatever its token count;
+            within a micro-batch the metric is a token mean, :mod:`fastrl.algorithms.losses`).
         """
         from megatron.core.pipeline_parallel import get_forward_backward_func
 

@@ -25,7 +25,7 @@ from fastrl.distributed.dp_pruning import (
 from fastrl.distributed.dp_pruning import repartition_kept as repartition_global_mask
 from fastrl.training.geometry import fit_to_micro_batches, refill_multiple, whole_micro_batches
 from fastrl.training.pruner import keep_all, select_rollouts
-from fastrl.training.rollout_batch import ScoredRollouts, padding_rows
+from fastrl.training.rollout_batch import AdvantagedRollouts, padding_rows
 from fastrl.training.seeds import derive_seed
 
 logger = logging.getLogger("fastrl.trainer")
@@ -60,7 +60,7 @@ class PruneOutcome:
 
 
 def prune(
-    cfg: RunConfig, scored: ScoredRollouts, batch: PolicyBatch, *, step: int, n: int, dp_size: int
+    cfg: RunConfig, scored: AdvantagedRollouts, batch: PolicyBatch, *, step: int, n: int, dp_size: int
 ) -> tuple[PruneOutcome, Metrics]:
     """DP-global pruning: gather the metadata over DP, run the same selection on every rank.
 

@@ -1,4 +1,5 @@
-"""A step's rollouts with their rewards and advantages, and their conversion to a PolicyBatch.
+"""A step's rollouts with their rewards (:class:`ScoredRollouts`), then with their advantages
+(:class:`AdvantagedRollouts`), and their conversion to a PolicyBatch.
 
 Group ids are positions in the step's *global* prompt batch, so they are unique across DP ranks
 (every rank draws the same global batch from the sampler and generates its own slice).
@@ -7,7 +8,7 @@ Group ids are positions in the step's *global* prompt batch, so they are unique 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 import torch
 
@@ -17,9 +18,11 @@ from fastrl.config import ParallelConfig, PrecisionConfig
 from fastrl.rollout.engine import Rollouts
 
 
-@dataclass
+@dataclass(frozen=True)
 class ScoredRollouts:
-    """Rollouts of one rank with per-rollout scores.
+    """Rollouts of one rank with per-rollout scores, before the advantages (made by
+    :func:`fastrl.training.scoring.score`; DAPO's filter and :func:`~fastrl.training.scoring.kl_in_reward`
+    read it; :func:`~fastrl.training.scoring.compute_advantages` turns it into :class:`AdvantagedRollouts`).
 
     Attributes:
         rollouts: the engine's output (prompt ``i``'s responses consecutive).
@@ -27,7 +30,6 @@ class ScoredRollouts:
         rewards / accuracy: float32 [R] (0 where grading failed).
         valid: bool [R], False where grading failed (excluded from advantage statistics).
         formatted: bool [R], format reward earned.
-        advantages: float32 [R], filled by the advantage estimator.
     """
 
     rollouts: Rollouts
@@ -36,7 +38,6 @@ class ScoredRollouts:
     accuracy: torch.Tensor
     valid: torch.Tensor
     formatted: torch.Tensor
-    advantages: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.rollouts)
@@ -45,6 +46,26 @@ class ScoredRollouts:
     def response_lengths(self) -> torch.Tensor:
         """int64 [R]: response tokens (stop token included)."""
         return torch.tensor(self.rollouts.lengths, dtype=torch.long)
+
+    def with_advantages(self, advantages: torch.Tensor) -> "AdvantagedRollouts":
+        """These rollouts with ``advantages`` (float [R], stored as float32); ``self`` is unchanged."""
+        if advantages.shape != (len(self),):
+            raise ValueError(f"advantages of shape {tuple(advantages.shape)} for {len(self)} rollouts")
+        scores = {f.name: getattr(self, f.name) for f in fields(ScoredRollouts)}
+        return AdvantagedRollouts(**scores, advantages=advantages.float())
+
+
+@dataclass(frozen=True)
+class AdvantagedRollouts(ScoredRollouts):
+    """Scored rollouts with their advantages (made by :meth:`ScoredRollouts.with_advantages` in
+    :func:`~fastrl.training.scoring.compute_advantages`; read by :func:`to_policy_batch` and
+    :func:`~fastrl.training.prune_phase.prune`).
+
+    Attributes:
+        advantages: float32 [R], one advantage per rollout.
+    """
+
+    advantages: torch.Tensor
 
 
 def sequence_multiple(precision: PrecisionConfig, parallel: ParallelConfig) -> int:
@@ -68,7 +89,7 @@ def sequence_multiple(precision: PrecisionConfig, parallel: ParallelConfig) -> i
 
 
 def to_policy_batch(
-    scored: ScoredRollouts, rows: Sequence[int], *, pad_token_id: int, pad_to_multiple: int = 1
+    scored: ScoredRollouts | AdvantagedRollouts, rows: Sequence[int], *, pad_token_id: int, pad_to_multiple: int = 1
 ) -> PolicyBatch:
     """Rows ``rows`` of ``scored`` as right-padded ``[prompt | response | pad]`` model input.
 
@@ -77,8 +98,9 @@ def to_policy_batch(
     log-probs and KL see only real tokens (right padding never changes a real token's causal
     attention).
 
-    Tensors: ``advantages`` float32 [N], ``engine_log_probs`` float32 [N, T] (aligned with
-    ``input_ids``: column ``t`` is the log-prob of token ``t``; 0 outside responses), ``group_ids``.
+    Per-rollout tensors: ``engine_log_probs`` float32 [N, T] (aligned with ``input_ids``: column
+    ``t`` is the log-prob of token ``t``; 0 outside responses), ``group_ids``, and ``advantages``
+    float32 [N] when ``scored`` is :class:`AdvantagedRollouts` (else None).
     """
     if pad_to_multiple < 1:
         raise ValueError(f"pad_to_multiple must be >= 1, got {pad_to_multiple}")
@@ -105,16 +127,16 @@ def to_policy_batch(
         engine_lp[b, plen : plen + rlen] = ro.logprobs[r]
     index = torch.as_tensor(list(rows), dtype=torch.long)
     has_images = any(p is not None for p in pixels)
-    tensors = {"engine_log_probs": engine_lp, "group_ids": scored.group_ids[index]}
-    if scored.advantages is not None:
-        tensors["advantages"] = scored.advantages[index].float()
+    advantages = scored.advantages[index].float() if isinstance(scored, AdvantagedRollouts) else None
     return PolicyBatch(
         input_ids=ids,
         attention_mask=attn,
         response_mask=resp_mask,
         pixel_values=pixels if has_images else None,
         image_grid_thw=grids if has_images else None,
-        tensors=tensors,
+        group_ids=scored.group_ids[index],
+        advantages=advantages,
+        engine_log_probs=engine_lp,
     )
 
 
@@ -130,15 +152,8 @@ def padding_rows(batch: PolicyBatch, count: int) -> PolicyBatch:
     if len(batch) == 0 or count < 1:
         raise ValueError(f"cannot make {count} padding rows from a batch of {len(batch)} rollouts")
     rows = batch.select([0] * count)
-    tensors = dict(rows.tensors)
-    if "advantages" in tensors:
-        tensors["advantages"] = torch.zeros_like(tensors["advantages"])
-    return replace(rows, response_mask=torch.zeros_like(rows.response_mask), tensors=tensors)
-
-
-def with_advantages(scored: ScoredRollouts, advantages: torch.Tensor) -> ScoredRollouts:
-    """``scored`` with ``advantages`` (float32 [R]) filled in."""
-    return replace(scored, advantages=advantages.float())
+    advantages = None if rows.advantages is None else torch.zeros_like(rows.advantages)
+    return replace(rows, response_mask=torch.zeros_like(rows.response_mask), advantages=advantages)
 
 
 def num_groups(scored: ScoredRollouts | None) -> int:
@@ -178,7 +193,8 @@ def concat_scored(a: ScoredRollouts | None, b: ScoredRollouts | None) -> ScoredR
 
 
 def select_scored(scored: ScoredRollouts, rows: list[int]) -> ScoredRollouts:
-    """The rows ``rows`` of ``scored`` (whole groups), with the rollouts regrouped."""
+    """The rows ``rows`` of ``scored`` (whole groups), with the rollouts regrouped (their
+    advantages too when ``scored`` is :class:`AdvantagedRollouts`)."""
     ro = scored.rollouts
     keep_prompts = sorted({ro.prompt_index[r] for r in rows})
     remap = {p: i for i, p in enumerate(keep_prompts)}
@@ -197,7 +213,7 @@ def select_scored(scored: ScoredRollouts, rows: list[int]) -> ScoredRollouts:
         response_texts=[ro.response_texts[r] for r in rows],
         metrics=dict(ro.metrics),
     )
-    return ScoredRollouts(
-        new, scored.group_ids[idx], scored.rewards[idx], scored.accuracy[idx], scored.valid[idx],
-        scored.formatted[idx], None if scored.advantages is None else scored.advantages[idx],
+    out = ScoredRollouts(
+        new, scored.group_ids[idx], scored.rewards[idx], scored.accuracy[idx], scored.valid[idx], scored.formatted[idx],
     )
+    return out.with_advantages(scored.advantages[idx]) if isinstance(scored, AdvantagedRollouts) else out

@@ -19,12 +19,12 @@ from fastrl.rollout.engine import Rollouts
 from fastrl.training.prompting import PromptBatch
 from fastrl.training.reward_health import RewardHealth
 from fastrl.training.rollout_batch import (
+    AdvantagedRollouts,
     ScoredRollouts,
     concat_scored,
     filter_informative,
     num_groups,
     select_scored,
-    with_advantages,
 )
 
 logger = logging.getLogger("fastrl.trainer")
@@ -136,14 +136,13 @@ def kl_in_reward(scored: ScoredRollouts, batch: PolicyBatch, alg: AlgorithmConfi
         and ``reward/penalized_mean``.
 
     Raises:
-        KeyError: the batch has no reference log-probs.
+        KeyError: the batch has no old or reference log-probs.
     """
-    t = batch.tensors
-    missing = [k for k in ("old_log_probs", "ref_log_probs") if k not in t]
+    missing = [k for k in ("old_log_probs", "ref_log_probs") if getattr(batch, k) is None]
     if missing:
         raise KeyError(f"algorithm.kl_in_reward needs {missing} on the full batch before the advantages")
     out = kl_penalized_rewards(
-        scored.rewards, t["old_log_probs"], t["ref_log_probs"], batch.response_mask,
+        scored.rewards, batch.old_log_probs, batch.ref_log_probs, batch.response_mask,
         kl_coef=alg.kl_coef, estimator=alg.kl_estimator,
     )
     v = scored.valid
@@ -159,7 +158,7 @@ def kl_in_reward(scored: ScoredRollouts, batch: PolicyBatch, alg: AlgorithmConfi
 
 def compute_advantages(
     scored: ScoredRollouts, alg: AlgorithmConfig, *, step: int, rewards: torch.Tensor | None = None
-) -> tuple[ScoredRollouts, Metrics]:
+) -> tuple[AdvantagedRollouts, Metrics]:
     """Group-relative advantages of the full batch (GRPO / Dr. GRPO / RLOO; invalid rewards
     excluded from the statistics), and the DP-global reward, accuracy and advantage statistics.
 
@@ -173,6 +172,10 @@ def compute_advantages(
         rewards: float [R], the rewards to compute the advantages from when they are not the task
             rewards (``algorithm.kl_in_reward``: :func:`kl_in_reward`); ``reward/*`` metrics stay
             those of the task rewards.
+
+    Returns:
+        The rollouts with their advantages (a new :class:`AdvantagedRollouts`; ``scored`` is
+        unchanged) and the metrics.
     """
     r = scored.rewards if rewards is None else rewards
     if alg.advantage_estimator == "rloo":
@@ -182,7 +185,7 @@ def compute_advantages(
             r, scored.group_ids, eps=alg.adv_eps, unbiased=alg.std_unbiased,
             scale=alg.advantage_estimator == "grpo", valid=scored.valid,
         )
-    scored = with_advantages(scored, adv)
+    scored = scored.with_advantages(adv)
     m: Metrics = {}
     for name, values in (
         ("reward", scored.rewards), ("accuracy", scored.accuracy), ("format", scored.formatted.float()), ("advantage", adv),

@@ -1,9 +1,20 @@
 """One FastRL training step, in the order of the specification (docs/algorithm.md, section 1).
 
-A pipeline of typed values: prompts -> rollouts -> scored -> advantages -> prune outcome ->
-policy batch -> update; each phase returns its value and its metrics. The math lives in
-:mod:`fastrl.algorithms`, the collectives in :mod:`fastrl.distributed`, the model work in
-:class:`fastrl.training.actor.Actor`.
+A pipeline of typed values; each phase returns a new value (none is changed in place) and its
+metrics:
+
+    PromptBatch -> Rollouts -> ScoredRollouts (DAPO: filtered, more rounds) -> AdvantagedRollouts
+    -> PolicyBatch (with advantages) -> PruneOutcome + this rank's kept PolicyBatch
+    -> PolicyBatch with old/ref log-probs -> update metrics -> refit
+
+With ``trainer.logprobs_before_pruning`` or ``algorithm.kl_in_reward`` the old/ref log-probs come
+before the advantages, on the full batch:
+
+    ScoredRollouts -> PolicyBatch -> PolicyBatch with old/ref log-probs -> (KL-penalized rewards)
+    -> AdvantagedRollouts, PolicyBatch with advantages -> PruneOutcome + kept PolicyBatch -> update
+
+The math lives in :mod:`fastrl.algorithms`, the collectives in :mod:`fastrl.distributed`, the
+model work in :class:`fastrl.training.actor.Actor`.
 """
 
 from __future__ import annotations
@@ -13,6 +24,7 @@ import logging
 import math
 from dataclasses import dataclass
 
+from fastrl.batch import PolicyBatch
 from fastrl.checkpoint.train_state import TrainState
 from fastrl.data import ResumableSampler
 from fastrl.training.generation import generate, group_size, prompts_this_step
@@ -21,7 +33,7 @@ from fastrl.training.parts import RunParts
 from fastrl.training.prompt_skip import record_rewards, skip_prompts, skipper_of
 from fastrl.training.prune_phase import prune, repartition_kept
 from fastrl.training.refit_verify import check_rollout_mismatch
-from fastrl.training.rollout_batch import ScoredRollouts, sequence_multiple, to_policy_batch
+from fastrl.training.rollout_batch import AdvantagedRollouts, ScoredRollouts, sequence_multiple, to_policy_batch
 from fastrl.training.scoring import compute_advantages, dynamic_sampling, kl_in_reward, score
 from fastrl.training.seeds import derive_seed
 from fastrl.training.update_phase import add_log_probs, refit, update_policy
@@ -83,7 +95,7 @@ def train_step(run: RunParts, state: TrainState, step: int) -> StepOutput:
         _add_round_counts(m, metrics)
         return scored, drawn
 
-    def policy_batch(scored: ScoredRollouts):
+    def policy_batch(scored: ScoredRollouts | AdvantagedRollouts) -> PolicyBatch:
         return to_policy_batch(
             scored, range(len(scored)), pad_token_id=run.engine.pad_token_id,
             pad_to_multiple=sequence_multiple(cfg.precision, cfg.parallel),      # FP8-safe shapes
@@ -109,15 +121,15 @@ def train_step(run: RunParts, state: TrainState, step: int) -> StepOutput:
         if cfg.algorithm.kl_in_reward:                                       # reward - beta x sum_t KL_t
             rewards, metrics = kl_in_reward(scored, batch, cfg.algorithm)
             m.update(metrics)
-        scored, metrics = compute_advantages(scored, cfg.algorithm, step=step, rewards=rewards)  # 4. advantages
+        advantaged, metrics = compute_advantages(scored, cfg.algorithm, step=step, rewards=rewards)  # 4. advantages
         m.update(metrics)
-        batch = batch.with_tensors(advantages=scored.advantages.float())
+        batch = batch.with_tensors(advantages=advantaged.advantages.float())
     else:
-        scored, metrics = compute_advantages(scored, cfg.algorithm, step=step)  # 4. advantages, full batch
+        advantaged, metrics = compute_advantages(scored, cfg.algorithm, step=step)  # 4. advantages, full batch
         m.update(metrics)
-        batch = policy_batch(scored)
+        batch = policy_batch(advantaged)
     with timer.phase("prune"):                                               # 5-7. DP-global pruning,
-        outcome, metrics = prune(cfg, scored, batch, step=step, n=n, dp_size=ctx.dp_size)  # refill,
+        outcome, metrics = prune(cfg, advantaged, batch, step=step, n=n, dp_size=ctx.dp_size)  # refill,
         m.update(metrics)
         batch, metrics = repartition_kept(batch, outcome)                    #      re-partition over DP
         m.update(metrics)

@@ -34,8 +34,8 @@ def add_log_probs(
     batch: PolicyBatch, actor: "Actor", reference: Any, *, micro_batch_size: int, phase: Phase,
     micro_batch_tokens: int = 0,
 ) -> tuple[PolicyBatch, Metrics]:
-    """Add ``old_log_probs`` (and ``ref_log_probs`` when there is a reference policy), float32
-    [N, T], to ``batch``; metrics: the engine/trainer log-prob mismatch.
+    """``batch`` with ``old_log_probs`` (and ``ref_log_probs`` when there is a reference policy),
+    float32 [N, T]: a new batch, ``batch`` is unchanged; metrics: the engine/trainer log-prob mismatch.
 
     ``N`` need not be a multiple of ``micro_batch_size`` (the full batch before pruning, e.g. after
     DAPO's filter): the forward passes run on the batch padded with zero-weight copies of row 0
@@ -44,6 +44,8 @@ def add_log_probs(
     micro-batches of at most that many tokens instead, no padding
     (:func:`~fastrl.training.geometry.token_micro_batches`).
     """
+    if batch.engine_log_probs is None:
+        raise ValueError("add_log_probs needs the engine's log-probs on the batch (to_policy_batch sets them)")
     n = len(batch)
     if micro_batch_tokens > 0:
         sizes = token_micro_batches(batch.lengths, micro_batch_tokens, micro_batch_size * 8)
@@ -67,12 +69,12 @@ def add_log_probs(
             )[:n]
     with phase("old"):
         old = run(actor.policy.chunks) if micro_batch_tokens > 0 else actor.log_probs(inputs)[:n]
-    batch.tensors["old_log_probs"] = old
+    added = {"old_log_probs": old}
     if reference is not None:
         with phase("ref"):
-            batch.tensors["ref_log_probs"] = run(reference.chunks)
-    mismatch = lp_ops.mismatch_metrics(old, batch.tensors["engine_log_probs"], batch.response_mask)
-    return batch, lp_ops.reduce_mismatch_metrics(mismatch)
+            added["ref_log_probs"] = run(reference.chunks)
+    mismatch = lp_ops.mismatch_metrics(old, batch.engine_log_probs, batch.response_mask)
+    return batch.with_tensors(**added), lp_ops.reduce_mismatch_metrics(mismatch)
 
 
 def update_policy(batch: PolicyBatch, actor: "Actor", cfg: RunConfig, *, n: int, dp_size: int, step: int) -> Metrics:

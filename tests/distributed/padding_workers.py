@@ -31,7 +31,7 @@ def padded_repartition_worker(sizes: list[int], padding: int) -> dict[str, Any]:
         "dp_rank": ctx.dp_rank,
         "input_ids": mine.input_ids,
         "response_mask": mine.response_mask,
-        "advantages": mine.tensors["advantages"],
+        "advantages": mine.advantages,
         "all_input_ids": batch.input_ids,
         "all_advantages": advantages,
     }

@@ -71,8 +71,7 @@ def tp_rollout_worker(model_dir: Path, tp: int) -> dict[str, Any]:
     scored = ScoredRollouts(
         shared, group_ids=torch.tensor(shared.prompt_index), rewards=torch.zeros(rows), accuracy=torch.zeros(rows),
         valid=torch.ones(rows, dtype=torch.bool), formatted=torch.ones(rows, dtype=torch.bool),
-        advantages=torch.zeros(rows),
-    )
+    ).with_advantages(torch.zeros(rows))
     batch = to_policy_batch(scored, range(rows), pad_token_id=engine.pad_token_id)
     return {
         "tp_rank": ctx.tp_rank,

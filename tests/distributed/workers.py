@@ -128,19 +128,18 @@ def hf_loss_and_grads(hf_dir: Path, algorithm) -> tuple[float, dict[str, torch.T
     lp = torch.nn.functional.pad(lp, (1, 0))
     agg = algorithm.loss_agg.replace("_", "-")
     den = loss_denominator(batch.response_mask, agg)
-    t = batch.tensors
     if algorithm.loss_type == "ppo":
         pg, _ = ppo_clip_loss(
-            lp, t["old_log_probs"], t["advantages"], batch.response_mask, global_denominator=den,
+            lp, batch.old_log_probs, batch.advantages, batch.response_mask, global_denominator=den,
             clip_low=algorithm.clip_low, clip_high=algorithm.clip_high, dual_clip=algorithm.dual_clip_c, agg_mode=agg,
         )  # fmt: skip
     else:
         pg, _ = gspo_loss(
-            lp, t["old_log_probs"], t["advantages"], batch.response_mask, global_denominator=den,
+            lp, batch.old_log_probs, batch.advantages, batch.response_mask, global_denominator=den,
             clip_low=algorithm.gspo_clip_low, clip_high=algorithm.gspo_clip_high,
             variant="token" if algorithm.loss_type == "gspo_token" else "sequence", agg_mode=agg,
         )  # fmt: skip
-    kl, _ = kl_loss(lp, t["ref_log_probs"], batch.response_mask, global_denominator=den, estimator=algorithm.kl_estimator, agg_mode=agg)
+    kl, _ = kl_loss(lp, batch.ref_log_probs, batch.response_mask, global_denominator=den, estimator=algorithm.kl_estimator, agg_mode=agg)
     loss = pg + algorithm.kl_coef * kl
     loss.backward()
     return float(loss.detach()), {name: p.grad.clone() for name, p in model.named_parameters()}
@@ -203,7 +202,7 @@ def make_rollouts(num_groups: int, n: int, *, seed: int = 3):
         ids[i, prompt_len : prompt_len + len(r)] = r
         attn[i, : prompt_len + len(r)] = True
         resp[i, prompt_len : prompt_len + len(r)] = True
-    batch = PolicyBatch(input_ids=ids, attention_mask=attn, response_mask=resp, tensors={"advantages": advantages})
+    batch = PolicyBatch(input_ids=ids, attention_mask=attn, response_mask=resp, advantages=advantages)
     return batch, group_ids, advantages, responses
 
 
@@ -260,7 +259,7 @@ def pruning_worker(tp: int, num_groups: int, n: int, multiple: int, mode: str, w
     mine = dp_pruning.repartition(local_batch, outcome)
     offsets = [sum(sizes[:r]) for r in range(ctx.dp_size + 1)]
     same = dp_pruning.repartition_kept(local_batch, outcome.keep, offsets)  # the trainer's entry point
-    assert torch.equal(same.input_ids, mine.input_ids) and torch.equal(same.tensors["advantages"], mine.tensors["advantages"])
+    assert torch.equal(same.input_ids, mine.input_ids) and torch.equal(same.advantages, mine.advantages)
     logged = dp_pruning.gather_for_logging(local.advantages)
     return {
         "dp_rank": ctx.dp_rank,
@@ -269,7 +268,7 @@ def pruning_worker(tp: int, num_groups: int, n: int, multiple: int, mode: str, w
         "keep_local": outcome.keep_local,
         "input_ids": mine.input_ids,
         "lengths": mine.lengths,
-        "advantages": mine.tensors["advantages"],
+        "advantages": mine.advantages,
         "logged_advantages": logged,
     }
 

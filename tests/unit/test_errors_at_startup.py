@@ -44,5 +44,5 @@ def test_policy_batch_shapes_are_checked():
     with pytest.raises(ValueError, match="response_mask has shape"):
         PolicyBatch(input_ids=torch.zeros(2, 3, dtype=torch.long), attention_mask=torch.ones(2, 3, dtype=torch.bool),
                     response_mask=torch.ones(2, 4, dtype=torch.bool))  # fmt: skip
-    with pytest.raises(ValueError, match=r"tensors\['advantages'\] has first dimension 3"):
+    with pytest.raises(ValueError, match=r"PolicyBatch.advantages has first dimension 3"):
         _batch(2).with_tensors(advantages=torch.zeros(3))

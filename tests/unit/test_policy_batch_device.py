@@ -10,7 +10,7 @@ def _batch() -> PolicyBatch:
     return PolicyBatch(
         input_ids=torch.arange(6).reshape(2, 3), attention_mask=ones, response_mask=ones,
         pixel_values=[torch.zeros(4, 8), None], image_grid_thw=[torch.tensor([[1, 2, 2]]), None],
-        tensors={"advantages": torch.tensor([1.0, -1.0])},
+        advantages=torch.tensor([1.0, -1.0]),
     )  # fmt: skip
 
 
@@ -24,5 +24,5 @@ def test_every_tensor_moves():
     assert moved.input_ids.device.type == "meta" and moved.response_mask.device.type == "meta"
     assert moved.pixel_values[0].device.type == "meta" and moved.pixel_values[1] is None
     assert moved.image_grid_thw[0].device.type == "meta" and moved.image_grid_thw[1] is None
-    assert moved.tensors["advantages"].device.type == "meta"
+    assert moved.advantages.device.type == "meta"
     assert moved.input_ids.shape == (2, 3)

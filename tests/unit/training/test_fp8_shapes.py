@@ -12,7 +12,7 @@ import torch
 from fastrl.algorithms.losses import gspo_loss, kl_loss, loss_denominator, ppo_clip_loss
 from fastrl.config import ParallelConfig, PrecisionConfig
 from fastrl.rollout.engine import PromptInputs, RolloutPrompt, Rollouts
-from fastrl.training.rollout_batch import ScoredRollouts, sequence_multiple, to_policy_batch
+from fastrl.training.rollout_batch import AdvantagedRollouts, ScoredRollouts, sequence_multiple, to_policy_batch
 
 VOCAB = 64
 PAD = 0
@@ -31,7 +31,7 @@ def te_fp8_gemm_ok(t: torch.Tensor) -> bool:
     return math.prod(t.shape[:-1]) % 8 == 0 and t.shape[-1] % 16 == 0
 
 
-def scored_rollouts(prompt_lens: list[int], response_lens: list[list[int]], seed: int = 0) -> ScoredRollouts:
+def scored_rollouts(prompt_lens: list[int], response_lens: list[list[int]], seed: int = 0) -> AdvantagedRollouts:
     """Prompts of the given lengths, each with responses of the given lengths (odd on purpose)."""
     g = torch.Generator().manual_seed(seed)
     inputs, n_per, index, resp, lps = [], [], [], [], []
@@ -51,8 +51,7 @@ def scored_rollouts(prompt_lens: list[int], response_lens: list[list[int]], seed
     return ScoredRollouts(
         ro, group_ids=torch.tensor(index), rewards=torch.rand(rows, generator=g), accuracy=torch.zeros(rows),
         valid=torch.ones(rows, dtype=torch.bool), formatted=torch.ones(rows, dtype=torch.bool),
-        advantages=torch.randn(rows, generator=g),
-    )
+    ).with_advantages(torch.randn(rows, generator=g))
 
 
 def test_multiple_is_chosen_from_the_precision_config(monkeypatch):
@@ -86,7 +85,7 @@ def test_fp8_batches_have_te_safe_shapes_for_every_micro_batch_size(monkeypatch,
     extra = slice(raw.seq_length, None)
     assert (batch.input_ids[:, extra] == PAD).all()
     assert not batch.attention_mask[:, extra].any() and not batch.response_mask[:, extra].any()
-    assert (batch.tensors["engine_log_probs"][:, extra] == 0).all()
+    assert (batch.engine_log_probs[:, extra] == 0).all()
     torch.testing.assert_close(batch.input_ids[:, : raw.seq_length], raw.input_ids)
     assert torch.equal(batch.response_mask[:, : raw.seq_length], raw.response_mask)
 
@@ -134,7 +133,7 @@ def test_log_probs_losses_and_kl_equal_the_unpadded_computation():
     mask_raw, mask_pad = raw.response_mask, padded.response_mask
     torch.testing.assert_close(lp_pad[:, :t][mask_raw], lp_raw[mask_raw], rtol=1e-5, atol=1e-6)
     ref_raw, ref_pad = _log_probs(ref_model, raw.input_ids), _log_probs(ref_model, padded.input_ids)
-    adv = padded.tensors["advantages"]
+    adv = padded.advantages
 
     def losses(lp, old, ref, mask):
         out = {}
@@ -147,8 +146,8 @@ def test_log_probs_losses_and_kl_equal_the_unpadded_computation():
         return out
 
     # the current policy drifts a little from the one that sampled (old = engine log-probs)
-    a = losses(lp_raw + 0.01, raw.tensors["engine_log_probs"], ref_raw, mask_raw)
-    b = losses(lp_pad + 0.01, padded.tensors["engine_log_probs"], ref_pad, mask_pad)
+    a = losses(lp_raw + 0.01, raw.engine_log_probs, ref_raw, mask_raw)
+    b = losses(lp_pad + 0.01, padded.engine_log_probs, ref_pad, mask_pad)
     for key in a:
         torch.testing.assert_close(b[key], a[key], rtol=1e-5, atol=1e-7, msg=lambda m, k=key: f"{k}: {m}")
     assert loss_denominator(mask_pad, "token-mean") == loss_denominator(mask_raw, "token-mean")

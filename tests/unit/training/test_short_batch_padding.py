@@ -43,7 +43,7 @@ def _batch(n: int = 3) -> PolicyBatch:
     resp[:, :2] = False
     return PolicyBatch(
         input_ids=ids, attention_mask=attn, response_mask=resp,
-        tensors={"advantages": torch.tensor([1.0, -1.0, 0.5])[:n], "old_log_probs": torch.full((n, 5), -0.5)},
+        advantages=torch.tensor([1.0, -1.0, 0.5])[:n], old_log_probs=torch.full((n, 5), -0.5),
     )
 
 
@@ -52,7 +52,7 @@ def test_padding_rows_carry_no_loss_weight():
     pad = padding_rows(batch, 2)
     assert len(pad) == 2 and torch.equal(pad.input_ids, batch.input_ids[[0, 0]])
     assert torch.equal(pad.attention_mask, batch.attention_mask[[0, 0]])  # an ordinary forward pass
-    assert not pad.response_mask.any() and pad.tensors["advantages"].tolist() == [0.0, 0.0]
+    assert not pad.response_mask.any() and pad.advantages.tolist() == [0.0, 0.0]
     assert loss_denominator(pad.response_mask, "token-mean") == 0
     assert loss_denominator(pad.response_mask, "seq-mean-token-mean") == 0
     # the loss of real + padding rows equals the loss of the real rows alone
@@ -64,10 +64,10 @@ def test_padding_rows_carry_no_loss_weight():
     for mode in ("token-mean", "seq-mean-token-mean"):
         den = loss_denominator(batch.response_mask, mode)
         old = torch.full((5, 5), -0.5)
-        adv = torch.cat([batch.tensors["advantages"], pad.tensors["advantages"]])
+        adv = torch.cat([batch.advantages, pad.advantages])
         clip = dict(global_denominator=den, clip_low=0.2, clip_high=0.3, agg_mode=mode)
         a, _ = ppo_clip_loss(logp, old, adv, full.response_mask, **clip)
-        b, _ = ppo_clip_loss(logp[:3], old[:3], batch.tensors["advantages"], batch.response_mask, **clip)
+        b, _ = ppo_clip_loss(logp[:3], old[:3], batch.advantages, batch.response_mask, **clip)
         assert float(a) == pytest.approx(float(b), abs=1e-7)
     with pytest.raises(ValueError, match="padding rows"):
         padding_rows(batch, 0)
@@ -76,10 +76,10 @@ def test_padding_rows_carry_no_loss_weight():
 def test_repartition_appends_padding_rows_single_rank():
     batch = _batch()
     gids = torch.tensor([0, 0, 0])
-    local = LocalPruningInputs(group_ids=gids, advantages=batch.tensors["advantages"], lengths=batch.lengths, responses=[torch.tensor([1])] * 3)
+    local = LocalPruningInputs(group_ids=gids, advantages=batch.advantages, lengths=batch.lengths, responses=[torch.tensor([1])] * 3)
     dp = dp_global_prune(local, lambda g: keep_all(g.group_ids, g.lengths))
     out, m = repartition_kept(batch, PruneOutcome(dp, dp.result, None, padding=5))
     assert len(out) == 8 and m["prune/kept_rows_this_rank"] == 8.0
     assert torch.equal(out.input_ids[:3], batch.input_ids)
     assert out.response_mask[:3].equal(batch.response_mask) and not out.response_mask[3:].any()
-    assert out.tensors["advantages"].tolist() == [1.0, -1.0, 0.5, 0, 0, 0, 0, 0]
+    assert out.advantages.tolist() == [1.0, -1.0, 0.5, 0, 0, 0, 0, 0]

@@ -4,20 +4,20 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 
 import torch
 
 from fastrl.config import AlgorithmConfig
+from fastrl.training.rollout_batch import ScoredRollouts
 from fastrl.training.scoring import compute_advantages
 from tests.unit.training.test_fp8_shapes import scored_rollouts
 
 
 def _scored(group_ids: list[int], rewards: list[float], valid: list[bool]):
     base = scored_rollouts([3] * len(group_ids), [[2]] * len(group_ids))
-    return replace(
-        base, group_ids=torch.tensor(group_ids), rewards=torch.tensor(rewards),
-        valid=torch.tensor(valid), advantages=None,
+    return ScoredRollouts(
+        base.rollouts, group_ids=torch.tensor(group_ids), rewards=torch.tensor(rewards), accuracy=base.accuracy,
+        valid=torch.tensor(valid), formatted=base.formatted,
     )
 
 
