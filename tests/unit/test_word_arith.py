@@ -1,0 +1,76 @@
+"""The arithmetic word-problem task of the SmolLM2 recipes (recipes/word_arith.py): embedded splits,
+generator, grader and reward; and the three recipes that use it."""
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from recipes import get_recipe
+from recipes.word_arith import DATA_DIR, KINDS, SPLITS, grade, parse_answer, problems, split_records, word_arith_reward
+
+
+def _committed(split: str) -> list[dict]:
+    return [json.loads(line) for line in (DATA_DIR / f"word_arith_{split}.jsonl").read_text().splitlines()]
+
+
+def test_committed_splits_are_the_generator_output_and_disjoint():
+    generated = split_records()
+    keys = {}
+    for split, size in SPLITS.items():
+        rows = _committed(split)
+        assert rows == generated[split] and len(rows) == size
+        keys[split] = {r["problem"] for r in rows}
+    assert not (keys["train"] & keys["val"]) and not (keys["train"] & keys["test"]) and not (keys["val"] & keys["test"])
+
+
+def test_generator_is_seeded_and_answers_are_right():
+    a, b = problems(300, seed=5), problems(300, seed=5)
+    assert a == b and a != problems(300, seed=6)
+    assert {p.kind for p in a} == set(KINDS)
+    rules = {"add": lambda n: n[0] + n[1], "sub": lambda n: n[0] - n[1], "mul": lambda n: n[0] * n[1],
+             "add_add": sum, "add_sub": lambda n: n[0] + n[1] - n[2], "mul_add": lambda n: n[0] * n[1] + n[2],
+             "add_sub_add": lambda n: n[0] + n[1] - n[2] + n[3]}
+    for p in a:
+        n = p.numbers
+        expected = rules[p.kind](n)
+        assert p.answer == expected and p.answer >= 0 and all(str(x) in p.text for x in n)
+
+
+@pytest.mark.parametrize("response, answer, outcome", [
+    ("7 + 5 = 12. The answer is 12.", "12", "correct"),
+    ("The answer is 13.", "12", "wrong"),
+    ("Answer: 1,200", "1200", "correct"),
+    ("first 3, then 4. So the answer is: **7**", "7", "correct"),
+    ("We get \\boxed{9}", "9", "correct"),
+    ("She has 5 + 4 apples.\nThat makes 9 apples", "9", "correct"),
+    ("The answer is 12, not 10.\nDone.", "12", "correct"),  # the answer phrase wins over a later number
+    ("She has some apples left.", "4", "invalid"),
+    ("", "4", "invalid"),
+    ("The answer is twelve.", "12", "invalid"),
+])
+def test_grader(response, answer, outcome):
+    assert grade(response, answer) == outcome
+
+
+def test_reward_tells_invalid_from_wrong_in_format_only():
+    right, wrong, invalid = (word_arith_reward(r, "12") for r in ("The answer is 12.", "The answer is 11.", "no idea"))
+    assert (right.overall, right.accuracy, right.format) == (1.0, 1.0, 1.0)
+    assert (wrong.overall, wrong.accuracy, wrong.format) == (0.0, 0.0, 1.0)
+    assert (invalid.overall, invalid.accuracy, invalid.format) == (0.0, 0.0, 0.0)
+    assert right.valid and wrong.valid and invalid.valid  # a response that fails is not a grader that fails
+    assert parse_answer("-3 degrees, the answer is -3") == -3
+
+
+def test_the_three_recipes_differ_only_in_pruning():
+    names = ["smollm2_135m_grpo_wordarith_vllm_cpu", "smollm2_135m_fastrl_grpo_wordarith_vllm_cpu",
+             "smollm2_135m_matched_random_grpo_wordarith_vllm_cpu"]
+    grpo, fast, peer = (get_recipe(n) for n in names)
+    assert grpo.model.hf_path == "packaged:smollm2-135m-instruct" and grpo.rollout.engine == "vllm"
+    assert grpo.rollout.verify_refit_every > 0 and all(Path(p).is_file() for p in (grpo.data.train_path, grpo.data.val_path))
+    assert (grpo.pruning.method, fast.pruning.method, peer.pruning.method) == ("none", "fastrl_unbiased", "matched_random")
+    assert peer.pruning.weighting == "inverse_keep" and fast.adaptive_sampling.enabled and peer.adaptive_sampling.enabled
+    for other in (fast, peer):
+        same = dataclasses.replace(other, recipe=grpo.recipe, pruning=grpo.pruning, adaptive_sampling=grpo.adaptive_sampling)
+        assert same == grpo
