@@ -163,7 +163,10 @@ def _filter_long_prompts(cfg: RunConfig, policy_dir: Path, train_split, val_spli
 
 def _build_engine(cfg: RunConfig, policy_dir: Path, device: torch.device):
     """This rank's engine, on this rank's device (``cuda:<LOCAL_RANK>`` under NCCL, else the CPU), with
-    the run's image-processor bounds (the trainer's prompt inputs come from the engine's processor)."""
+    the run's image-processor bounds ``data.min_pixels`` / ``data.max_pixels``: the Hugging Face
+    engine's processor, or for vLLM both the engine process's processor and its client's
+    (:func:`~fastrl.rollout.engine_client.engine_client_from_config`), so the trainer's prompt inputs,
+    which come from the engine side, match what the engine saw."""
     if cfg.rollout.engine == "vllm":
         from fastrl.rollout.engine_client import engine_client_from_config  # vLLM in its own process
 
