@@ -24,7 +24,7 @@ from fastrl.distributed.dp_pruning import (
 )
 from fastrl.distributed.dp_pruning import repartition_kept as repartition_global_mask
 from fastrl.training.geometry import fit_to_micro_batches, refill_multiple, whole_micro_batches
-from fastrl.training.pruner import keep_all, select_rollouts
+from fastrl.training.pruner import MDAP_METHODS, keep_all, select_rollouts
 from fastrl.training.rollout_batch import AdvantagedRollouts, padding_rows
 from fastrl.training.seeds import derive_seed
 
@@ -73,7 +73,7 @@ def prune(
     whole = whole_micro_batches(cfg, dp_size)
     responses = list(scored.rollouts.response_token_ids)
     common = dict(group_ids=scored.group_ids, advantages=scored.advantages, lengths=batch.lengths)
-    if pc.method in ("fastrl", "fastrl_unbiased") and pc.similarity_mode == "minhash":
+    if pc.method in MDAP_METHODS and pc.similarity_mode == "minhash":
         sig, lens = minhash_sketch(responses, num_bins=pc.minhash_num_perm, ngram=pc.ngram).to_tensors()
         local = LocalPruningInputs(**common, signatures=sig, response_lengths=lens)
     else:
