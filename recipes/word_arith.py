@@ -30,9 +30,8 @@ from __future__ import annotations
 import json
 import random
 import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Callable, Literal, NamedTuple
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 SEED = 31
@@ -49,8 +48,7 @@ CONTAINERS = ("boxes", "bags", "jars", "baskets")
 Outcome = Literal["correct", "wrong", "invalid"]
 
 
-@dataclass(frozen=True)
-class Problem:
+class Problem(NamedTuple):  # not a dataclass: the reward loader imports this file without registering it in sys.modules
     kind: str
     steps: int
     numbers: tuple[int, ...]

@@ -74,3 +74,10 @@ def test_the_three_recipes_differ_only_in_pruning():
     for other in (fast, peer):
         same = dataclasses.replace(other, recipe=grpo.recipe, pruning=grpo.pruning, adaptive_sampling=grpo.adaptive_sampling)
         assert same == grpo
+
+
+def test_the_recipes_reward_loads_as_a_custom_reward_file():
+    from fastrl.rewards.registry import load_reward
+
+    reward = load_reward(get_recipe("smollm2_135m_fastrl_grpo_wordarith_vllm_cpu").reward.name)
+    assert reward("The answer is 3.", "3").overall == 1.0 and reward("none", "3").format == 0.0
