@@ -1,42 +1,61 @@
-"""Memory plan of a run with colocated generation: will the actor, the reference policy and the
-rollout engine fit on each GPU?
+"""Memory plan of a run with colocated generation: a timeline of what each kind of GPU holds in
+each phase of the run, and whether it fits.
 
 :func:`estimate_memory` is pure arithmetic on parameter counts and the layout (no GPU, no
-download): the per-GPU memory of the heaviest rank in the two phases of a step, under the
-lifecycle of ``docs/parallelism.md`` ("Memory plan"):
+download), under the lifecycle of ``docs/parallelism.md`` ("Memory plan"). One engine per
+model-parallel group, on its source rank (pipeline stage 0, TP rank 0) and, with engine TP > 1,
+the next TP ranks of stage 0: a **generating** GPU holds (a TP shard of) an engine, an **other**
+GPU none. Per phase and kind, the plan adds the trainer's allocated memory, its caching
+allocator's cache (reserved, not freed, until ``torch.cuda.empty_cache()`` after the update), the
+engine's memory, and a fixed reserve (CUDA contexts, NCCL, fragmentation):
 
-- **generation** (the engine awake): actor weights + gradient buffer + optimizer state (all stay on
-  the GPU) + reference weights + the engine's share ``rollout.gpu_memory_utilization x GPU memory``
-  (its weights and KV cache; vLLM claims it when it starts and refuses to start when less is free)
-  + a reserve;
-- **training** (the engine asleep with ``rollout.sleep_between_steps``: vLLM sleep level 1 moves its
-  weights to host memory and drops the KV cache): actor + reference + the activations of one
-  micro-batch per pipeline stage in flight + the reserve (+ the engine's share when it never sleeps).
+- **start-up**: the engine starts after the actor (weights, gradient buffer, the optimizer's fp32
+  main-weight shard: ``fastrl.training.parts.build_parts`` builds the actor, then the reference,
+  then the engine) and before the first optimizer step creates the Adam moments; vLLM claims
+  ``rollout.gpu_memory_utilization x GPU memory`` and refuses to start when less is free; the weight
+  import's buffers are still cached;
+- **generation** / **validation**: the engine awake (its share: weights, KV, runtime); the trainer
+  holds actor, gradients, optimizer state, reference and the refit buffers it cached;
+- **old/ref log-probs**: the engine asleep (vLLM level 2: weights and KV discarded, its runtime
+  stays); one micro-batch's forward activations (no grad);
+- **update**: the activations of the micro-batches in flight;
+- **refit**: after ``empty_cache``; the engine wakes its weights only; the trainer allocates the
+  refit buffers (a bucket's gathered tensors and its flat copy);
+- **resumed stage**: the checkpoint loaded (Adam moments exist), the engine started with its whole
+  share, the refit.
 
-:func:`check_memory_plan` refuses a plan that does not fit with a message that names the numbers; it
-runs at start-up on GPUs (``fastrl.training.parts``) and with ``python -m fastrl.train --dry-run``
-when ``parallel.world_size`` is set. Parameter counts come from a Hugging Face ``config.json``, or
-offline from :data:`KNOWN_MODELS` (the Qwen2.5-VL-Instruct family).
+Without ``rollout.sleep_between_steps`` the engine holds its share in every phase. The plan also
+checks that each engine's KV cache holds the rollouts it generates at once (a warning with the
+number of waves when fewer fit; refused when not one max-length sequence fits) and reports pinned
+host memory per node (0: level-2 sleep keeps nothing on the host).
 
-The counts are exact for Qwen2 / Qwen2.5-VL (``tests/unit/models/test_memory_plan.py`` checks them
-against the published totals); the activation estimate is a model, documented in
-:func:`activation_bytes`, that errs on the high side (every row of a micro-batch padded to
-``max_prompt_length + max_response_length``, no activation recomputation).
+:func:`check_memory_plan` refuses a plan in which some phase does not fit, with the numbers; it runs
+at start-up on GPUs (``fastrl.training.parts``) and when a config with ``parallel.world_size`` and
+``parallel.gpu_memory_gib`` is resolved; ``python -m fastrl.train --dry-run`` prints the timeline.
+Parameter counts come from a Hugging Face ``config.json``, or offline from :data:`KNOWN_MODELS`.
+Every shipped GPU recipe keeps :func:`recipe_margin_gib` free at every phase
+(``tests/unit/models/test_memory_plan.py``); :func:`recipes_markdown` writes the table of
+``docs/parallelism.md``.
+
+The counts are exact for Qwen2 / Qwen2.5-VL (checked against the published totals); the
+activation estimate is a model, documented in :func:`activation_bytes`, that errs on the high side
+(every row of a micro-batch padded to ``max_prompt_length + max_response_length``, no activation
+recomputation).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from fastrl.config import ConfigError, ModelConfig, RunConfig
 
 __all__ = [
-    "GIB", "H100_80GB_GIB", "H200_GIB", "KNOWN_MODELS", "MemoryPlan", "ModelDims", "check_memory_plan",
-    "estimate_memory", "model_dims",
+    "GIB", "GPU_KINDS", "H100_80GB_GIB", "H200_GIB", "KNOWN_MODELS", "KVCheck", "MemoryPlan", "ModelDims", "PHASES",
+    "PhaseRow", "check_memory_plan", "estimate_memory", "model_dims", "recipe_margin_gib", "recipes_markdown",
 ]
 
 GIB = 2**30
@@ -45,8 +64,16 @@ H100_80GB_GIB = 79.6
 H200_GIB = 140.4
 #: CUDA contexts of the trainer and engine processes, NCCL buffers, allocator fragmentation.
 RESERVE_GIB = 5.0
-#: vLLM's own memory besides weights and KV cache (activations of its profile run, CUDA graphs).
+#: vLLM's own memory besides weights and KV cache (activations of its profile run, CUDA graphs);
+#: it stays on the GPU while the engine sleeps.
 ENGINE_RUNTIME_GIB = 2.0
+#: The free memory every shipped GPU recipe keeps at every phase: 2 GiB or 3 % of the GPU.
+RECIPE_MARGIN_GIB, RECIPE_MARGIN_FRACTION = 2.0, 0.03
+
+
+def recipe_margin_gib(gpu_memory_gib: float) -> float:
+    """The margin a shipped recipe keeps on a GPU of ``gpu_memory_gib``: the larger of 2 GiB and 3 %."""
+    return max(RECIPE_MARGIN_GIB, RECIPE_MARGIN_FRACTION * gpu_memory_gib)
 
 
 @dataclass(frozen=True)
@@ -241,9 +268,79 @@ def activation_bytes(d: ModelDims, *, tp: int, sequence_parallel: bool, element_
     return math.ceil(element_bytes * (replicated + split)), element_bytes * vision
 
 
+#: Phases of the timeline, in the order a run meets them (:func:`estimate_memory`).
+PHASES = ("start-up", "generation", "old/ref log-probs", "update", "refit", "validation", "resumed stage")
+#: The two kinds of GPU: one that holds (a TP shard of) a rollout engine, and one that does not.
+GPU_KINDS = ("generating", "other")
+
+
+@dataclass(frozen=True)
+class PhaseRow:
+    """One phase on one kind of GPU (GiB): what the trainer has allocated, what its caching allocator
+    holds beyond that (reserved, not freed), what the engine holds, the fixed reserve."""
+
+    phase: str
+    gpu: str  # "generating" or "other"
+    trainer_gib: float
+    cache_gib: float
+    engine_gib: float
+    engine_state: str
+    reserve_gib: float
+    gpu_memory_gib: float
+
+    @property
+    def total_gib(self) -> float:
+        return self.trainer_gib + self.cache_gib + self.engine_gib + self.reserve_gib
+
+    @property
+    def margin_gib(self) -> float:
+        """Free memory left on the GPU in this phase (negative: it does not fit)."""
+        return self.gpu_memory_gib - self.total_gib
+
+    def describe(self) -> str:
+        return (
+            f"{self.phase} on {'a generating GPU' if self.gpu == 'generating' else 'a GPU without an engine'} needs trainer {self.trainer_gib:.1f} + allocator cache "
+            f"{self.cache_gib:.1f} + engine {self.engine_gib:.1f} ({self.engine_state}) + reserve "
+            f"{self.reserve_gib:.1f} = {self.total_gib:.1f} GiB"
+        )
+
+
+@dataclass(frozen=True)
+class KVCheck:
+    """Can each engine hold the rollouts it generates at once (one phase: training or validation)?"""
+
+    phase: str
+    rollouts_per_engine: int  # generated at once by one engine (vLLM's max_num_seqs caps it when set)
+    sequence_tokens: int
+    kv_cache_gib: float  # per engine GPU
+    kv_bytes_per_token: int  # per engine GPU
+    sequences_fit: int  # max-length sequences the KV cache holds at once
+
+    @property
+    def tokens_needed(self) -> int:
+        return self.rollouts_per_engine * self.sequence_tokens
+
+    @property
+    def waves(self) -> int:
+        """Rounds vLLM needs to run every rollout (0: not even one sequence fits)."""
+        return math.ceil(self.rollouts_per_engine / self.sequences_fit) if self.sequences_fit > 0 else 0
+
+    def describe(self) -> str:
+        need = self.tokens_needed * self.kv_bytes_per_token / GIB
+        return (
+            f"{self.phase}: {self.rollouts_per_engine} rollouts per engine x {self.sequence_tokens} tokens need "
+            f"{need:.1f} GiB of KV per engine GPU; {self.kv_cache_gib:.1f} GiB holds {self.sequences_fit} "
+            f"({self.waves} wave{'s' if self.waves != 1 else ''})"
+        )
+
+
 @dataclass(frozen=True)
 class MemoryPlan:
-    """Per-GPU memory of the heaviest rank (GiB) in each phase of a step; see the module docstring."""
+    """Per-GPU memory (GiB) of each phase of a run on each kind of GPU; see the module docstring.
+
+    The part fields (``weights_gib`` ...) are those of the heaviest stage of a generating GPU
+    (pipeline stage 0, where the engine's GPUs are); ``timeline`` has every phase on both kinds.
+    """
 
     model: str
     total_params: int
@@ -257,63 +354,101 @@ class MemoryPlan:
     weights_gib: float
     grads_gib: float
     optimizer_gib: float
+    optimizer_moments_gib: float  # the part of optimizer_gib created at the first step (Adam moments)
     reference_gib: float
     engine_gib: float
     engine_weights_gib: float
+    engine_asleep_gib: float
     kv_cache_gib: float | None
     activations_gib: float
+    forward_activations_gib: float
+    transfer_gib: float
     reserve_gib: float
     engine_sleeps: bool
     sequence_tokens: int
     kv_bytes_per_token: int
+    generating_gpus: int
+    other_gpus: int
+    engines: int
+    timeline: tuple[PhaseRow, ...]
+    kv_checks: tuple[KVCheck, ...]
+    pinned_host_gib_per_node: float
+    load_host_gib_per_node: float
     problems: tuple[str, ...] = field(default=())
+    warnings: tuple[str, ...] = field(default=())
 
     @property
     def fits(self) -> bool:
         return not self.problems
 
+    def row(self, phase: str, gpu: str = "generating") -> PhaseRow:
+        for r in self.timeline:
+            if r.phase == phase and r.gpu == gpu:
+                return r
+        raise KeyError((phase, gpu))
+
     @property
-    def resident_gib(self) -> float:
-        """What stays on the GPU through the whole step: actor state, reference, reserve."""
-        return self.weights_gib + self.grads_gib + self.optimizer_gib + self.reference_gib + self.reserve_gib
+    def peak(self) -> PhaseRow:
+        return max(self.timeline, key=lambda r: r.total_gib)
+
+    @property
+    def min_margin_gib(self) -> float:
+        return min(r.margin_gib for r in self.timeline)
 
     @property
     def generation_gib(self) -> float:
-        return self.resident_gib + self.engine_gib
+        return self.row("generation").total_gib
 
     @property
     def training_gib(self) -> float:
-        return self.resident_gib + self.activations_gib + (0.0 if self.engine_sleeps else self.engine_gib)
+        """The heavier of the old/ref and update phases on either kind of GPU."""
+        return max(r.total_gib for r in self.timeline if r.phase in ("old/ref log-probs", "update"))
 
     @property
     def max_gpu_memory_utilization(self) -> float:
-        """The largest ``rollout.gpu_memory_utilization`` the generation phase has room for."""
-        return max(0.0, (self.gpu_memory_gib - self.resident_gib) / self.gpu_memory_gib)
+        """The largest ``rollout.gpu_memory_utilization`` (two decimals, rounded down) the phases with
+        the engine's whole share have room for."""
+        if self.engine != "vllm":
+            return 1.0
+        share = self.engine_gib
+        need = max(r.total_gib - r.engine_gib for r in self.timeline if r.gpu == "generating" and r.engine_gib == share)
+        return max(0.0, math.floor(100 * (self.gpu_memory_gib - need) / self.gpu_memory_gib) / 100)
 
     def summary(self) -> str:
-        """One line: layout, both phases against the GPU memory."""
         verdict = "fits" if self.fits else "DOES NOT FIT"
+        p = self.peak
         return (
             f"memory plan ({self.model}, TP{self.tp} PP{self.pp} DP{self.dp}, {self.gpu_memory_gib:.1f} GiB per GPU): "
-            f"generation {self.generation_gib:.1f} GiB, training {self.training_gib:.1f} GiB: {verdict}"
+            f"peak {p.total_gib:.1f} GiB ({p.phase}, {p.gpu} GPU), smallest margin {self.min_margin_gib:.1f} GiB: {verdict}"
         )
 
     def format(self) -> str:
-        """A small table (GiB per GPU, heaviest rank)."""
+        """The timeline as a table (GiB per GPU) and the parts, KV, host-memory lines."""
         kv = "-" if self.kv_cache_gib is None else f"{self.kv_cache_gib:.1f}"
-        rows = [
-            ("actor weights", self.weights_gib, self.weights_gib),
-            ("actor gradients", self.grads_gib, self.grads_gib),
-            ("optimizer state", self.optimizer_gib, self.optimizer_gib),
-            ("reference weights", self.reference_gib, self.reference_gib),
-            (f"engine ({self.engine}, TP{self.engine_tp}; weights {self.engine_weights_gib:.1f}, KV {kv})",
-             self.engine_gib, 0.0 if self.engine_sleeps else self.engine_gib),
-            ("activations (micro-batches in flight)", 0.0, self.activations_gib),
-            ("reserve", self.reserve_gib, self.reserve_gib),
-            ("total", self.generation_gib, self.training_gib),
+        sleep = "sleeps at level 2 between steps" if self.engine_sleeps else "never sleeps"
+        lines = [
+            self.summary(),
+            f"  parts (stage 0): actor weights {self.weights_gib:.1f}, gradients {self.grads_gib:.1f}, optimizer "
+            f"{self.optimizer_gib:.1f} (Adam moments {self.optimizer_moments_gib:.1f} of it, from the first step), "
+            f"reference {self.reference_gib:.1f}, activations: update {self.activations_gib:.1f}, forward "
+            f"{self.forward_activations_gib:.1f}; refit / import buffers {self.transfer_gib:.1f}; reserve {self.reserve_gib:.1f}",
+            f"  engines: {self.engines} ({self.engine}, TP{self.engine_tp}) on {self.generating_gpus} generating GPUs, "
+            f"{self.other_gpus} other GPUs without one; share {self.engine_gib:.1f} per engine GPU (weights "
+            f"{self.engine_weights_gib:.1f}, KV {kv}); {sleep}",
+            f"  {'phase':18s} {'GPU':10s} {'trainer':>8s} {'cache':>6s} {'engine':>7s} {'reserve':>7s} {'total':>6s} "
+            f"{'margin':>7s}  engine state",
         ]
-        lines = [self.summary(), f"  {'GiB per GPU':44s} {'generation':>10s} {'training':>10s}"]
-        lines += [f"  {name:44s} {gen:10.1f} {train:10.1f}" for name, gen, train in rows]
+        for r in self.timeline:
+            lines.append(
+                f"  {r.phase:18s} {r.gpu:10s} {r.trainer_gib:8.1f} {r.cache_gib:6.1f} {r.engine_gib:7.1f} "
+                f"{r.reserve_gib:7.1f} {r.total_gib:6.1f} {r.margin_gib:7.1f}  {r.engine_state}"
+            )
+        lines += [f"  KV {k.describe()}" for k in self.kv_checks]
+        lines.append(
+            f"  host memory per node: pinned {self.pinned_host_gib_per_node:.1f} GiB (level-2 sleep keeps nothing); "
+            f"a resumed stage reads the optimizer state into {self.load_host_gib_per_node:.1f} GiB (not pinned)"
+        )
+        lines += [f"  warning: {w}" for w in self.warnings]
         lines += [f"  problem: {p}" for p in self.problems]
         return "\n".join(lines)
 
@@ -333,9 +468,23 @@ def _stage_params(d: ModelDims, *, tp: int, pp: int, stage: int, trainable: bool
     return params
 
 
+#: Buffers of one refit bucket on the trainer side: the gathered full tensors and their flat copy.
+REFIT_BUFFERS = 2
+#: GPUs per node, for the host-memory lines.
+GPUS_PER_NODE = 8
+
+
+def _largest_group_params(d: ModelDims) -> int:
+    """The largest weight group a refit bucket carries whole (``engine_wire.weight_group``): a decoder
+    layer, a vision block, the merger, or the embedding / output layer."""
+    hv, iv = d.vision_hidden_size, d.vision_intermediate_size
+    block = (2 * hv + hv * 3 * hv + 3 * hv + hv * hv + hv + 2 * (hv * iv + iv) + iv * hv + hv) if d.is_vision_language else 0
+    return max(d.layer_params(), d.embedding_params(), block, d.merger_params())
+
+
 def estimate_memory(cfg: RunConfig, world_size: int, gpu_memory_gib: float, *, dims: ModelDims | None = None,
                     reserve_gib: float = RESERVE_GIB) -> MemoryPlan:
-    """The memory plan of ``cfg`` on ``world_size`` GPUs of ``gpu_memory_gib`` each (pure).
+    """The memory timeline of ``cfg`` on ``world_size`` GPUs of ``gpu_memory_gib`` each (pure).
 
     Args:
         cfg: the run (layout, precision, rollout engine and lengths, micro-batch, KL).
@@ -359,7 +508,6 @@ def estimate_memory(cfg: RunConfig, world_size: int, gpu_memory_gib: float, *, d
     fp32 = pre.mode == "fp32"
     param_bytes = 4 if fp32 else 2
     freeze = cfg.model.freeze_vision_tower
-    stages = [0] if pp == 1 else [0, pp - 1]
 
     # micro-batches of one update on one DP rank (the pipeline keeps up to pp of them in flight)
     rollouts = max(1, cfg.trainer.mini_batch_prompts * ro.n // dp)
@@ -372,73 +520,148 @@ def estimate_memory(cfg: RunConfig, world_size: int, gpu_memory_gib: float, *, d
     image_tokens = min(ro.max_prompt_length, max(1, cfg.data.min_pixels // (28 * 28))) if dims.is_vision_language else 0
     patches = image_tokens * dims.vision_spatial_merge_size**2
     logit_bytes = 12 if fp32 else 10  # logits, fp32 log-softmax and its gradient
+    alg = cfg.algorithm
+    has_reference = (alg.use_kl_loss and alg.kl_coef > 0) or alg.kl_in_reward
+    # fp32 runs: no separate main weights, Adam moments 8 B; else fp32 main weights 4 B + moments 8 B
+    main_bytes, moment_bytes = (0, 8) if fp32 else (4, 8)
+    shard = dp if par.use_distributed_optimizer else 1
 
-    best: tuple[float, dict[str, float]] | None = None
-    for stage in stages:
+    def stage_parts(stage: int) -> dict[str, float]:
         held = _stage_params(dims, tp=tp, pp=pp, stage=stage, trainable=False, freeze_vision=freeze)
         trainable = _stage_params(dims, tp=tp, pp=pp, stage=stage, trainable=True, freeze_vision=freeze)
         in_flight = min(pp - stage, micro_batches)
-        act = in_flight * math.ceil(dims.num_layers / pp) * tokens * per_token_layer
-        if stage == 0 and dims.is_vision_language and not freeze:
-            act += in_flight * par.micro_batch_size * patches * dims.vision_depth * per_patch_block
+        layers = math.ceil(dims.num_layers / pp)
+        act = in_flight * layers * tokens * per_token_layer
+        fwd = tokens * per_token_layer  # no grad: one layer's activations at a time
+        if stage == 0 and dims.is_vision_language:
+            vision = par.micro_batch_size * patches * per_patch_block
+            fwd += vision
+            if not freeze:
+                act += in_flight * vision * dims.vision_depth
         if stage == pp - 1:
-            act += tokens * dims.vocab_size / tp * logit_bytes
-        optimizer_bytes = (8 if fp32 else 12) / (dp if par.use_distributed_optimizer else 1)
-        parts = {
-            "params": held,
-            "weights": held * param_bytes / GIB,
-            "grads": trainable * 4 / GIB,  # megatron DDP reduces gradients in fp32
-            "optimizer": trainable * optimizer_bytes / GIB,
-            "activations": act / GIB,
+            logits = tokens * dims.vocab_size / tp * logit_bytes
+            act += logits
+            fwd += logits
+        weights = held * param_bytes / GIB
+        return {
+            "params": held, "weights": weights, "grads": trainable * 4 / GIB,  # megatron DDP: fp32 gradients
+            "main": trainable * main_bytes / shard / GIB, "moments": trainable * moment_bytes / shard / GIB,
+            "reference": weights if has_reference else 0.0, "act": act / GIB, "fwd": fwd / GIB,
         }
-        total = parts["weights"] + parts["grads"] + parts["optimizer"] + parts["activations"]
-        if best is None or total > best[0]:
-            best = (total, parts)
-    assert best is not None
-    parts = best[1]
 
-    alg = cfg.algorithm
-    has_reference = (alg.use_kl_loss and alg.kl_coef > 0) or alg.kl_in_reward
-    reference = parts["weights"] if has_reference else 0.0
+    stages = [stage_parts(s) for s in range(pp)]
     engine_tp = ro.engine_tensor_parallel_size
+    transfer = REFIT_BUFFERS * max(ro.refit_bucket_mb * 2**20, _largest_group_params(dims) * param_bytes) / GIB
     kv_heads_per_gpu = max(1, dims.num_key_value_heads // engine_tp)
     kv_bytes_per_token = 2 * dims.num_layers * kv_heads_per_gpu * dims.head_dim * 2  # K and V, bf16
     if ro.engine == "vllm":
         engine_weights = dims.total_params() * 2 / engine_tp / GIB
-        engine = ro.gpu_memory_utilization * gpu_memory_gib
-        kv: float | None = engine - engine_weights - ENGINE_RUNTIME_GIB
+        share = ro.gpu_memory_utilization * gpu_memory_gib
+        kv: float | None = share - engine_weights - ENGINE_RUNTIME_GIB
         sleeps = ro.sleep_between_steps
     else:  # the in-process Hugging Face engine: a full copy of the weights; its KV cache grows per batch
         engine_weights = dims.total_params() * param_bytes / GIB
-        engine, kv, sleeps = engine_weights, None, False
+        share, kv, sleeps = engine_weights, None, False
+    asleep = ENGINE_RUNTIME_GIB if sleeps else share  # level 2: weights and KV discarded, the runtime stays
+    awake_state = "awake: weights + KV" if ro.engine == "vllm" else "in-process copy"
 
+    # One engine per model-parallel group, on its source rank (pipeline stage 0, TP rank 0), spanning
+    # TP ranks 0 .. engine_tp - 1 of stage 0; the other GPUs of the group hold none.
+    mp = tp * pp
+    engines = dp
+    per_group_generating = min(engine_tp, mp)
+    generating_gpus = engines * per_group_generating
+    other_gpus = world_size - generating_gpus
+    other_stages = ([0] if engine_tp < tp else []) + list(range(1, pp))
+
+    def rows_for(kind: str, parts: dict[str, float]) -> list[PhaseRow]:
+        gen = kind == "generating"
+        start = parts["weights"] + parts["grads"] + parts["main"] + parts["reference"]
+        full = start + parts["moments"]
+        awake = share if gen else 0.0
+        sleeping = asleep if gen else 0.0
+        sleeping_state = ("asleep (level 2)" if sleeps else awake_state) if gen else "no engine"
+        refit_engine = (engine_weights + ENGINE_RUNTIME_GIB if sleeps else share) if gen else 0.0
+        refit_state = ("weights only" if sleeps else awake_state) if gen else "no engine"
+        gen_state = awake_state if gen else "no engine"
+        fwd, act = parts["fwd"], parts["act"]
+        # (phase, trainer allocated, reserved transient since the last empty_cache, engine, its state)
+        spec = [
+            # engine start after the actor (weights, gradient buffer, main-weight shard) and the
+            # reference: the Adam moments do not exist yet; the weight import's buffers stay cached
+            ("start-up", start, transfer, awake, "starting: claims its share" if gen else "no engine"),
+            # after the refit: the refit buffers stay cached (empty_cache ran before the refit)
+            ("generation", full, transfer, awake, gen_state),
+            ("old/ref log-probs", full + fwd, max(transfer, fwd), sleeping, sleeping_state),
+            ("update", full + act, max(transfer, fwd, act), sleeping, sleeping_state),
+            # empty_cache after the update: the cache drops to what is allocated; the buffers are allocated
+            ("refit", full + transfer, transfer, refit_engine, refit_state),
+            ("validation", full, transfer, awake, gen_state),
+            # the checkpoint loaded (Adam moments exist), the engine started, the refit
+            ("resumed stage", full + transfer, transfer, awake, "starting, then refit" if gen else "no engine"),
+        ]
+        out = []
+        for phase, allocated, peak, engine_gib, state in spec:
+            # the caching allocator keeps the largest transient since the last empty_cache reserved:
+            # what it holds beyond the allocated memory is the cache
+            base = start if phase == "start-up" else full
+            cache = max(0.0, base + peak - allocated)
+            out.append(PhaseRow(phase, kind, allocated, cache, engine_gib, state, reserve_gib, gpu_memory_gib))
+        return out
+
+    def heaviest(kind: str, candidates: list[int]) -> list[PhaseRow]:
+        per_stage = [rows_for(kind, stages[s]) for s in candidates]
+        return [max(rows, key=lambda r: r.total_gib) for rows in zip(*per_stage)]
+
+    timeline = heaviest("generating", [0])
+    if other_gpus > 0 and other_stages:
+        timeline += heaviest("other", other_stages)
+    elif other_gpus > 0:  # engine TP > TP: the engine spans TP groups (refused below)
+        timeline += heaviest("other", list(range(pp)))
+
+    kv_checks: list[KVCheck] = []
+    if kv is not None:
+        cap = getattr(ro, "max_num_seqs", None)
+        per_token = kv_bytes_per_token
+        fit = max(0, int(kv * GIB // (per_token * seq)))
+        for phase, count in (("training", math.ceil(ro.prompts_per_step / engines) * ro.n),
+                             ("validation", math.ceil(cfg.data.val_size / engines) * ro.val_n)):
+            at_once = min(count, cap) if cap else count
+            kv_checks.append(KVCheck(phase, at_once, seq, kv, per_token, fit))
+
+    s0 = stages[0]
+    # a resumed stage: each rank reads its (DP-unsharded) optimizer state into host memory, then keeps its shard
+    load_host = sum((st["main"] + st["moments"]) * shard for st in stages) / pp * min(world_size, GPUS_PER_NODE)
     plan = MemoryPlan(
         model=dims.name, total_params=dims.total_params(), gpu_memory_gib=gpu_memory_gib, tp=tp, pp=pp, dp=dp,
-        engine=ro.engine, engine_tp=engine_tp, params_per_gpu=int(parts["params"]), weights_gib=parts["weights"],
-        grads_gib=parts["grads"], optimizer_gib=parts["optimizer"], reference_gib=reference, engine_gib=engine,
-        engine_weights_gib=engine_weights, kv_cache_gib=kv, activations_gib=parts["activations"],
-        reserve_gib=reserve_gib, engine_sleeps=sleeps, sequence_tokens=seq, kv_bytes_per_token=kv_bytes_per_token,
+        engine=ro.engine, engine_tp=engine_tp, params_per_gpu=int(s0["params"]), weights_gib=s0["weights"],
+        grads_gib=s0["grads"], optimizer_gib=s0["main"] + s0["moments"], optimizer_moments_gib=s0["moments"],
+        reference_gib=s0["reference"], engine_gib=share, engine_weights_gib=engine_weights,
+        engine_asleep_gib=asleep, kv_cache_gib=kv, activations_gib=s0["act"], forward_activations_gib=s0["fwd"],
+        transfer_gib=transfer, reserve_gib=reserve_gib, engine_sleeps=sleeps, sequence_tokens=seq,
+        kv_bytes_per_token=kv_bytes_per_token, generating_gpus=generating_gpus, other_gpus=other_gpus,
+        engines=engines, timeline=tuple(timeline), kv_checks=tuple(kv_checks), pinned_host_gib_per_node=0.0,
+        load_host_gib_per_node=load_host,
     )
     return _with_problems(plan)
 
 
 def _with_problems(p: MemoryPlan) -> MemoryPlan:
-    problems = []
-    held = (
-        f"actor weights {p.weights_gib:.1f} + gradients {p.grads_gib:.1f} + optimizer {p.optimizer_gib:.1f} + "
-        f"reference {p.reference_gib:.1f} + reserve {p.reserve_gib:.1f}"
-    )
-    if p.generation_gib > p.gpu_memory_gib:
+    problems, warnings = [], []
+    for r in p.timeline:
+        if r.total_gib > p.gpu_memory_gib:
+            hint = (
+                f"; rollout.gpu_memory_utilization must be <= {p.max_gpu_memory_utilization:.2f} here"
+                if r.gpu == "generating" and p.engine == "vllm" and r.engine_gib == p.engine_gib else ""
+            )
+            problems.append(
+                f"{r.describe()} > {p.gpu_memory_gib:.1f} GiB per GPU{hint}; lower parallel.micro_batch_size or the "
+                f"rollout lengths, use more GPUs (the optimizer state is sharded over DP) or larger TP / PP"
+            )
+    if p.engine_tp > p.tp:
         problems.append(
-            f"generation needs {held} + engine {p.engine_gib:.1f} = {p.generation_gib:.1f} GiB > {p.gpu_memory_gib:.1f} GiB "
-            f"per GPU; rollout.gpu_memory_utilization must be <= {p.max_gpu_memory_utilization:.2f} here, or use more "
-            f"GPUs (the optimizer state is sharded over DP) or larger TP / PP"
-        )
-    if p.training_gib > p.gpu_memory_gib:
-        engine = "" if p.engine_sleeps else f" + engine {p.engine_gib:.1f} (awake: rollout.sleep_between_steps=false)"
-        problems.append(
-            f"training needs {held} + activations {p.activations_gib:.1f}{engine} = {p.training_gib:.1f} GiB > "
-            f"{p.gpu_memory_gib:.1f} GiB per GPU; lower parallel.micro_batch_size or the rollout lengths, or raise TP / PP"
+            f"rollout.engine_tensor_parallel_size={p.engine_tp} > parallel.tensor_model_parallel_size={p.tp}: the "
+            f"engine's GPUs would reach past its TP group onto another generating rank's"
         )
     if p.kv_cache_gib is not None:
         one = p.kv_bytes_per_token * p.sequence_tokens / GIB
@@ -449,7 +672,11 @@ def _with_problems(p: MemoryPlan) -> MemoryPlan:
                 f"of KV cache, less than one sequence of {p.sequence_tokens} tokens ({one:.2f} GiB); raise "
                 f"rollout.gpu_memory_utilization or rollout.engine_tensor_parallel_size"
             )
-    return MemoryPlan(**{**p.__dict__, "problems": tuple(problems)})
+        else:
+            for k in p.kv_checks:
+                if k.sequences_fit < k.rollouts_per_engine:
+                    warnings.append(f"KV {k.describe()}: vLLM runs them in {k.waves} waves")
+    return replace(p, problems=tuple(problems), warnings=tuple(warnings))
 
 
 def check_memory_plan(cfg: RunConfig, world_size: int, gpu_memory_gib: float, *, dims: ModelDims | None = None) -> MemoryPlan:
@@ -514,3 +741,49 @@ def startup_check(cfg: RunConfig, world_size: int, device_gib: float, hf_dir: st
         return None
     gib = min(device_gib, cfg.parallel.gpu_memory_gib or device_gib)
     return check_memory_plan(cfg, world_size, gib, dims=dims)
+
+
+def recipes_markdown(names: list[str] | None = None) -> str:
+    """The table of ``docs/parallelism.md`` ("The shipped GPU recipes"): every GPU recipe's timeline
+    (total GiB per GPU per phase, both kinds of GPU), smallest margin and KV waves, recipes with
+    identical numbers on one row (fp8 recipes as their bf16 siblings). Generated:
+    ``python -m fastrl.models.memory_plan``."""
+    from recipes import get_recipe, list_recipes
+
+    names = names or [n for n in list_recipes() if n.startswith("qwen25vl_")]
+    groups: dict[tuple, list[str]] = {}
+    plans: dict[tuple, MemoryPlan] = {}
+    for name in names:
+        # an fp8 recipe plans as its bf16 sibling (bf16 weights, fp32 gradients and optimizer state
+        # alike); it cannot be built where Transformer Engine is missing
+        cfg = get_recipe(name[: -len("_fp8")] + "_bf16" if name.endswith("_fp8") else name)
+        plan = estimate_memory(cfg, cfg.parallel.world_size, cfg.parallel.gpu_memory_gib)
+        sp = " SP" if cfg.parallel.sequence_parallel else ""
+        key = (f"{plan.gpu_memory_gib:g}", f"{plan.tp} {plan.pp} {plan.dp}{sp}",
+               f"{plan.engine_tp}, {cfg.rollout.gpu_memory_utilization:g}",
+               tuple(f"{r.total_gib:.1f}" for r in plan.timeline), tuple(k.waves for k in plan.kv_checks))
+        groups.setdefault(key, []).append(name)
+        plans[key] = plan
+    head = ["recipes", "GPUs x GiB", "TP PP DP", "vLLM TP, share", "GPU", *PHASES, "margin", "KV waves (train, val)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for key, members in groups.items():
+        plan = plans[key]
+        algos = sorted({a for m in members for a in ("grpo", "dapo", "gspo") if f"_{a}_" in m})
+        label = f"`{members[0]}`" + (f" and {len(members) - 1} more ({', '.join(algos)})" if len(members) > 1 else "")
+        gpus = f"{plan.generating_gpus + plan.other_gpus} x {plan.gpu_memory_gib:g}"
+        waves = ", ".join(str(k.waves) for k in plan.kv_checks) or "-"
+        for kind in GPU_KINDS:
+            rows = [r for r in plan.timeline if r.gpu == kind]
+            if not rows:
+                continue
+            count = plan.generating_gpus if kind == "generating" else plan.other_gpus
+            cells = [label, gpus, key[1], key[2], f"{kind} ({count})", *(f"{r.total_gib:.1f}" for r in rows),
+                     f"{min(r.margin_gib for r in rows):.1f}", waves]
+            lines.append("| " + " | ".join(cells) + " |")
+            label = gpus = waves = ""
+            key = (key[0], "", "", key[3], key[4])
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(recipes_markdown())

@@ -1,19 +1,25 @@
-"""The memory plan (fastrl/models/memory_plan.py): exact parameter counts, one layout computed by
-hand, and the refusal with the numbers (config resolution, --dry-run)."""
+"""The memory plan's timeline (fastrl/models/memory_plan.py) against independent facts: published
+parameter totals, the Hugging Face model's own count, one case computed by hand (numbers, with the
+derivation in comments), invariants any correct plan keeps, the refusals, the shipped recipes'
+margins, and the generated table of docs/parallelism.md."""
 
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
 
 from fastrl.config import ConfigError
-from fastrl.models.memory_plan import GIB, KNOWN_MODELS, ModelDims, check_memory_plan, estimate_memory
+from fastrl.models.memory_plan import (
+    GIB, KNOWN_MODELS, PHASES, ModelDims, check_memory_plan, estimate_memory, recipe_margin_gib, recipes_markdown,
+)
 from fastrl.train import main, resolve_config
-from recipes import get_recipe
+from recipes import get_recipe, list_recipes
 
 R7B = "qwen25vl_7b_fastrl_grpo_geo3k_h100_bf16"
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "parallelism.md"
 
 #: config.json of Qwen/Qwen2.5-VL-7B-Instruct on the hub (the fields the counts need)
 HF_7B = {
@@ -22,6 +28,11 @@ HF_7B = {
     "vision_config": {"depth": 32, "hidden_size": 1280, "intermediate_size": 3420, "num_heads": 16, "in_chans": 3,
                       "out_hidden_size": 3584, "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2},
 }
+
+
+def plan_of(cfg, **changes):
+    cfg = replace(cfg, **{section: replace(getattr(cfg, section), **values) for section, values in changes.items()})
+    return estimate_memory(cfg, cfg.parallel.world_size, cfg.parallel.gpu_memory_gib)
 
 
 def test_parameter_counts_of_the_qwen25_vl_family():
@@ -48,34 +59,122 @@ def test_counts_equal_the_hugging_face_model(tied):
     assert ModelDims.from_hf_config(config.to_dict()).total_params() == sum(p.numel() for p in model.parameters())
 
 
-def test_the_7b_recipe_by_hand():
-    """Qwen2.5-VL-7B, TP2 PP1 DP4, micro-batch 1, 2,048 + 2,048 tokens, vLLM TP1 at 0.3 of 79.6 GiB."""
-    cfg = get_recipe(R7B)
-    plan = estimate_memory(cfg, 8, 79.6)
-    layer = (3584 * 3584 + 3584) + 2 * (3584 * 512 + 512) + 3584 * 3584 + 3 * 3584 * 18944 + 2 * 3584
-    assert layer == 233_057_792
-    embed = 152064 * 3584
-    params = 28 * layer // 2 + embed // 2 + embed // 2 + 3584 + 676_550_144  # vision tower: replicated over TP
-    assert plan.params_per_gpu == params == 4_484_360_192
-    assert plan.weights_gib == pytest.approx(2 * params / GIB)
-    assert plan.grads_gib == pytest.approx(4 * params / GIB)
-    assert plan.optimizer_gib == pytest.approx(12 * params / 4 / GIB)  # DistributedOptimizer over DP 4
-    assert plan.reference_gib == pytest.approx(2 * params / GIB)
-    assert plan.engine_gib == pytest.approx(0.3 * 79.6)
-    assert plan.engine_weights_gib == pytest.approx(2 * 8_292_166_656 / GIB)
-    assert plan.kv_cache_gib == pytest.approx(0.3 * 79.6 - 2 * 8_292_166_656 / GIB - 2.0)
-    # activations: 28 layers x 4,096 tokens x 2 B x (4 h + (2 h + 2 kv + 3 I) / 2), one image of
-    # 262,144 px = 334 tokens = 1,336 patches x 32 blocks x 2 B x (8 x 1280 + 4 x 3420), logits 10 B x V / 2
-    lm = 28 * 4096 * 2 * (4 * 3584 + (2 * 3584 + 2 * 512 + 3 * 18944) // 2)
-    vision = 1336 * 32 * 2 * (8 * 1280 + 4 * 3420)
-    logits = 4096 * 152064 // 2 * 10
-    assert (lm, vision, logits) == (10_745_806_848, 2_045_255_680, 3_114_270_720)
-    assert plan.activations_gib == pytest.approx((lm + vision + logits) / GIB)
-    resident = (2 + 4 + 3 + 2) * params / GIB + 5.0
-    assert plan.generation_gib == pytest.approx(resident + 0.3 * 79.6)  # 74.8
-    assert plan.training_gib == pytest.approx(resident + (lm + vision + logits) / GIB)  # 65.8
-    assert plan.fits and round(plan.generation_gib, 1) == 74.8 and round(plan.training_gib, 1) == 65.8
-    assert plan.max_gpu_memory_utilization == pytest.approx((79.6 - resident) / 79.6)
+def test_the_7b_recipe_generation_by_hand():
+    """Qwen2.5-VL-7B, TP2 PP1 DP4, vLLM TP1 at 0.3 of 79.6 GiB; generation on a generating GPU.
+
+    Parameters on one TP rank: 28 layers x 233,057,792 / 2 + embedding and output layer
+    (152,064 x 3,584 = 545,001,472 each) / 2 + final norm 3,584 + the vision tower 676,550,144
+    (replicated over TP) = 4,484,360,192. Bytes each: bf16 weights 2 + fp32 gradients 4 + optimizer
+    12 / DP 4 = 3 + reference 2 = 11 -> 49,327,962,112 B = 45.94 GiB. Refit buffers cached since the
+    refit: 2 x the largest weight group (the embedding, 545,001,472 x 2 B) = 2,180,005,888 B =
+    2.03 GiB. Engine share 0.3 x 79.6 = 23.88 GiB, reserve 5: 76.85 GiB.
+    KV: the share less bf16 weights (8,292,166,656 x 2 B = 15.45 GiB) and 2 GiB runtime = 6.43 GiB;
+    a token takes 28 layers x 4 KV heads x 128 x 2 (K, V) x 2 B = 57,344 B, a 4,096-token sequence
+    224 MiB: 29 sequences. Each of the 4 engines (one per model-parallel group) generates
+    256 / 4 x 8 = 512 rollouts: 18 waves.
+    """
+    plan = plan_of(get_recipe(R7B))
+    gen = plan.row("generation", "generating")
+    assert gen.trainer_gib == pytest.approx(45.94, abs=0.005)
+    assert gen.cache_gib == pytest.approx(2.03, abs=0.005)
+    assert gen.engine_gib == pytest.approx(23.88)
+    assert gen.total_gib == pytest.approx(76.85, abs=0.01) and gen.margin_gib == pytest.approx(2.75, abs=0.01)
+    assert plan.kv_cache_gib == pytest.approx(6.43, abs=0.005) and plan.kv_bytes_per_token == 57_344
+    train = plan.kv_checks[0]
+    assert (train.rollouts_per_engine, train.sequences_fit, train.waves) == (512, 29, 18)
+    assert (plan.engines, plan.generating_gpus, plan.other_gpus) == (4, 4, 4)
+    # the other GPU (TP rank 1) holds the same trainer state and no engine: 45.94 + 2.03 + 5
+    assert plan.row("generation", "other").total_gib == pytest.approx(52.97, abs=0.01)
+    assert plan.pinned_host_gib_per_node == 0.0
+
+
+PLANS = {name: plan_of(get_recipe(name)) for name in (
+    R7B, "qwen25vl_3b_fastrl_grpo_geo3k_h100_bf16", "qwen25vl_32b_fastrl_grpo_geo3k_h100_bf16",
+    "qwen25vl_72b_fastrl_grpo_geo3k_h200_bf16", "qwen25vl_3b_dapo_geo3k_h100_bf16",
+)}
+
+
+@pytest.mark.parametrize("name", list(PLANS))
+def test_timeline_invariants(name):
+    plan = PLANS[name]
+    for kind in ("generating", "other"):
+        rows = [r for r in plan.timeline if r.gpu == kind]
+        if not rows:
+            continue
+        assert [r.phase for r in rows] == list(PHASES)
+        row = {r.phase: r for r in rows}
+        # the Adam moments appear at the first step: start-up holds less than any later generation
+        assert row["start-up"].total_gib < row["generation"].total_gib
+        assert row["validation"].total_gib == pytest.approx(row["generation"].total_gib)
+        # the update keeps every micro-batch's activations, the old/ref pass one at a time
+        assert row["update"].trainer_gib + row["update"].cache_gib >= row["old/ref log-probs"].trainer_gib
+        # the trainer's reserved memory never shrinks between two empty_cache calls
+        reserved = [row[p].trainer_gib + row[p].cache_gib for p in ("generation", "old/ref log-probs", "update")]
+        assert reserved == sorted(reserved)
+    for phase in PHASES:  # an engine only ever adds
+        other = [r for r in plan.timeline if r.gpu == "other" and r.phase == phase]
+        if other and plan.tp > 1 and plan.pp == 1:  # both kinds on stage 0: same trainer state
+            assert plan.row(phase).total_gib >= other[0].total_gib
+
+
+def test_more_work_never_needs_less():
+    base = get_recipe(R7B)
+    ref = plan_of(base)
+    bigger = [
+        plan_of(base, parallel=dict(micro_batch_size=2)),
+        plan_of(base, rollout=dict(max_response_length=4096)),
+        plan_of(base, rollout=dict(gpu_memory_utilization=0.35)),
+        plan_of(base, rollout=dict(sleep_between_steps=False)),
+        plan_of(base, trainer=dict(mini_batch_prompts=256)),
+    ]
+    for plan in bigger:
+        for a, b in zip(ref.timeline, plan.timeline):
+            assert b.total_gib >= a.total_gib - 1e-9, (a, b)
+    # more DP shards the optimizer: never more per GPU
+    wider = estimate_memory(base, 16, 79.6)
+    assert all(b.trainer_gib <= a.trainer_gib + 1e-9 for a, b in zip(ref.timeline, wider.timeline))
+    # never asleep: the engine's whole share in every phase on a generating GPU, none on the others
+    awake = bigger[3]
+    assert {r.engine_gib for r in awake.timeline if r.gpu == "generating"} == {awake.engine_gib}
+    assert {r.engine_gib for r in awake.timeline if r.gpu == "other"} == {0.0}
+
+
+def test_phases_count_what_the_lifecycle_holds():
+    """Each would-be bug of a timeline, caught: the allocator cache forgotten, the refit buffers
+    forgotten, an engine counted on a GPU without one, a sleeping engine counted whole."""
+    plan = PLANS["qwen25vl_32b_fastrl_grpo_geo3k_h100_bf16"]
+    gen, old, refit = plan.row("generation"), plan.row("old/ref log-probs"), plan.row("refit")
+    assert plan.transfer_gib > 2.5
+    # generation: the refit buffers freed but still cached (empty_cache ran before the refit)
+    assert gen.cache_gib == pytest.approx(plan.transfer_gib)
+    # old/ref: the forward's activations reuse that cache; what they do not use is still reserved
+    assert old.cache_gib == pytest.approx(plan.transfer_gib - plan.forward_activations_gib) and old.cache_gib > 2
+    # refit: after empty_cache nothing is cached, but the buffers are allocated on every GPU
+    assert refit.cache_gib == 0 and refit.trainer_gib == pytest.approx(gen.trainer_gib + plan.transfer_gib)
+    assert plan.row("refit", "other").trainer_gib == pytest.approx(plan.row("generation", "other").trainer_gib
+                                                                  + plan.transfer_gib)
+    # the engine wakes its weights only for the refit; level 2 keeps only its runtime while asleep
+    assert refit.engine_gib == pytest.approx(plan.engine_weights_gib + 2.0) and refit.engine_gib < plan.engine_gib
+    assert old.engine_gib == pytest.approx(2.0)
+    # one engine per model-parallel group (DP 1) on the 8 GPUs of its TP8, none on stage 1's 8
+    assert (plan.engines, plan.generating_gpus, plan.other_gpus) == (1, 8, 8)
+    assert all(r.engine_gib == 0 for r in plan.timeline if r.gpu == "other")
+    big = PLANS["qwen25vl_72b_fastrl_grpo_geo3k_h200_bf16"]
+    assert (big.engines, big.generating_gpus, big.other_gpus) == (1, 8, 24)
+
+
+def test_kv_check_asks_for_every_rollout_of_an_engine():
+    base = get_recipe(R7B)
+    # 0.3 of an H100 holds 29 of the 512 rollouts an engine generates: a warning, 18 waves, no refusal
+    plan = plan_of(base)
+    assert plan.fits and any("18 waves" in w for w in plan.warnings)
+    # fewer rollouts per engine (more engines, fewer prompts): all fit, no warning
+    few = plan_of(base, rollout=dict(prompts_per_step=8, n=4), trainer=dict(mini_batch_prompts=8),
+                  data=dict(val_size=16))
+    assert few.kv_checks[0].rollouts_per_engine == 8 and few.kv_checks[0].waves == 1 and not few.warnings
+    # a share that leaves less than one max-length sequence: refused
+    with pytest.raises(ConfigError, match=r"leaving -5\.5 GiB of KV cache, less than one sequence of 4096 tokens"):
+        check_memory_plan(replace(base, rollout=replace(base.rollout, gpu_memory_utilization=0.15)), 8, 79.6)
 
 
 def test_refusal_names_the_numbers():
@@ -85,48 +184,58 @@ def test_refusal_names_the_numbers():
     with pytest.raises(ConfigError) as err:
         check_memory_plan(old, 8, 79.6)
     text = str(err.value)
-    assert "generation needs actor weights 8.4 + gradients 16.7 + optimizer 12.5 + reference 8.4 + reserve 5.0" in text
-    assert "engine 47.8 = 98.7 GiB > 79.6 GiB per GPU" in text and "gpu_memory_utilization must be <= 0.36" in text
-    assert "training needs" in text and "activations 59.3" in text
-    small = replace(cfg, rollout=replace(cfg.rollout, gpu_memory_utilization=0.15))
-    with pytest.raises(ConfigError, match=r"leaving -5\.5 GiB of KV cache, less than one sequence of 4096 tokens"):
-        check_memory_plan(small, 8, 79.6)
+    assert "generation on a generating GPU needs trainer 45.9 + allocator cache 2.0 + engine 47.8" in text
+    assert "= 100.7 GiB > 79.6 GiB per GPU; rollout.gpu_memory_utilization must be <= 0.33 here" in text
+    # the update does not fit either kind of GPU, with or without an engine
+    assert "update on a generating GPU needs trainer 105.2 + allocator cache 0.0 + engine 2.0" in text
+    assert "update on a GPU without an engine needs trainer 105.2 + allocator cache 0.0 + engine 0.0" in text
+    too_many = replace(cfg, rollout=replace(cfg.rollout, engine_tensor_parallel_size=4))
+    with pytest.raises(ConfigError, match="engine_tensor_parallel_size=4 > parallel.tensor_model_parallel_size=2"):
+        check_memory_plan(too_many, 8, 79.6)
 
 
 def test_frozen_vision_tower_and_fp32_change_the_bytes():
     cfg = get_recipe(R7B)
-    base = estimate_memory(cfg, 8, 79.6)
-    frozen = estimate_memory(replace(cfg, model=replace(cfg.model, freeze_vision_tower=True)), 8, 79.6)
+    base = plan_of(cfg)
+    frozen = plan_of(cfg, model=dict(freeze_vision_tower=True))
     blocks = KNOWN_MODELS["Qwen/Qwen2.5-VL-7B-Instruct"].vision_block_params()
     assert frozen.weights_gib == base.weights_gib
-    assert base.grads_gib - frozen.grads_gib == pytest.approx(4 * blocks / GIB)
-    assert base.optimizer_gib - frozen.optimizer_gib == pytest.approx(3 * blocks / GIB)
-    fp32 = estimate_memory(replace(cfg, precision=replace(cfg.precision, mode="fp32")), 8, 79.6)
+    assert base.grads_gib - frozen.grads_gib == pytest.approx(4 * blocks / GIB)  # fp32 gradients: 4 B
+    assert base.optimizer_gib - frozen.optimizer_gib == pytest.approx(3 * blocks / GIB)  # 12 B over DP 4
+    fp32 = plan_of(cfg, precision=dict(mode="fp32"))
     assert fp32.weights_gib == pytest.approx(2 * base.weights_gib)
-    assert fp32.optimizer_gib == pytest.approx(base.optimizer_gib * 8 / 12)
-    awake = estimate_memory(replace(cfg, rollout=replace(cfg.rollout, sleep_between_steps=False)), 8, 79.6)
-    assert awake.training_gib == pytest.approx(base.training_gib + base.engine_gib)
+    assert fp32.optimizer_gib == pytest.approx(base.optimizer_gib * 8 / 12)  # no separate main weights
 
 
-def test_pipeline_keeps_micro_batches_in_flight_on_the_first_stage():
-    cfg = get_recipe("qwen25vl_72b_fastrl_grpo_geo3k_h200_bf16")
-    plan = estimate_memory(cfg, 32, 140.4)
-    d = KNOWN_MODELS["Qwen/Qwen2.5-VL-72B-Instruct"]
-    first_stage = 20 * d.layer_params() / 8 + d.embedding_params() / 8 + d.vision_params()
-    assert plan.params_per_gpu == int(first_stage)
-    per_token = 2 * (4 * 8192 + (2 * 8192 + 2 * 1024 + 3 * 29568) / 8)
-    lm = 4 * 20 * 4096 * per_token  # 4 micro-batches in flight x 20 layers
-    vision = 4 * 1336 * 32 * 2 * (8 * 1280 + 4 * 3420)
-    assert plan.activations_gib == pytest.approx((lm + vision) / GIB)
+def _gpu_recipes():
+    # an fp8 recipe plans as its bf16 sibling (it cannot be built without Transformer Engine)
+    return sorted({n.replace("_fp8", "_bf16") for n in list_recipes() if n.startswith("qwen25vl_")})
 
 
-def test_dry_run_prints_the_plan_and_resolution_refuses(capsys):
+@pytest.mark.parametrize("name", _gpu_recipes())
+def test_every_shipped_gpu_recipe_fits_every_phase_with_a_margin(name):
+    cfg = get_recipe(name)
+    plan = plan_of(cfg)
+    margin = recipe_margin_gib(cfg.parallel.gpu_memory_gib)  # 2.4 GiB on an H100, 4.2 on an H200
+    assert plan.fits, plan.format()
+    for row in plan.timeline:
+        assert row.margin_gib >= margin, f"{name}: {row.describe()}, margin {row.margin_gib:.1f} < {margin:.1f}"
+
+
+def test_docs_table_is_the_generated_one():
+    assert recipes_markdown() in DOCS.read_text(), "regenerate it: python -m fastrl.models.memory_plan"
+
+
+def test_dry_run_prints_the_timeline_and_resolution_refuses(capsys):
     assert main(["--recipe", R7B, "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "# memory plan (Qwen/Qwen2.5-VL-7B-Instruct, TP2 PP1 DP4, 79.6 GiB per GPU): generation 74.8 GiB, " \
-           "training 65.8 GiB: fits" in out
+    assert "# memory plan (Qwen/Qwen2.5-VL-7B-Instruct, TP2 PP1 DP4, 79.6 GiB per GPU): peak 76.9 GiB " \
+           "(generation, generating GPU), smallest margin 2.7 GiB: fits" in out
+    for phase in PHASES:
+        assert f"#   {phase:18s} generating" in out and f"#   {phase:18s} other" in out
+    assert "host memory per node: pinned 0.0 GiB" in out and "18 waves" in out
     assert main(["--recipe", R7B, "--dry-run", "rollout.gpu_memory_utilization=0.6"]) == 2
-    assert "rollout.gpu_memory_utilization must be <= 0.36" in capsys.readouterr().err
+    assert "rollout.gpu_memory_utilization must be <= 0.33" in capsys.readouterr().err
     # without parallel.gpu_memory_gib nothing is enforced at resolution; the dry run says what it assumed
     resolve_config(R7B, ["parallel.gpu_memory_gib=none", "rollout.gpu_memory_utilization=0.6"])
     assert main(["--recipe", R7B, "--dry-run", "parallel.gpu_memory_gib=none", "rollout.gpu_memory_utilization=0.6"]) == 0
