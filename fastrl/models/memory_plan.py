@@ -34,7 +34,7 @@ at start-up on GPUs (``fastrl.training.parts``) and when a config with ``paralle
 ``parallel.gpu_memory_gib`` is resolved; ``python -m fastrl.train --dry-run`` prints the timeline.
 Parameter counts come from a Hugging Face ``config.json``, or offline from :data:`KNOWN_MODELS`.
 Every shipped GPU recipe keeps :func:`recipe_margin_gib` free at every phase
-(``tests/unit/models/test_memory_plan.py``); :func:`recipes_markdown` writes the table of
+(``tests/unit/models/test_memory_plan.py``); ``tools/memory_table.py`` writes the table of
 ``docs/parallelism.md``.
 
 The counts are exact for Qwen2 / Qwen2.5-VL (checked against the published totals); the
@@ -55,7 +55,7 @@ from fastrl.config import ConfigError, ModelConfig, RunConfig
 
 __all__ = [
     "GIB", "GPU_KINDS", "H100_80GB_GIB", "H200_GIB", "KNOWN_MODELS", "KVCheck", "MemoryPlan", "ModelDims", "PHASES",
-    "PhaseRow", "check_memory_plan", "estimate_memory", "model_dims", "recipe_margin_gib", "recipes_markdown",
+    "PhaseRow", "check_memory_plan", "estimate_memory", "model_dims", "recipe_margin_gib",
 ]
 
 GIB = 2**30
@@ -298,8 +298,9 @@ class PhaseRow:
         return self.gpu_memory_gib - self.total_gib
 
     def describe(self) -> str:
+        where = "a generating GPU" if self.gpu == "generating" else "a GPU without an engine"
         return (
-            f"{self.phase} on {'a generating GPU' if self.gpu == 'generating' else 'a GPU without an engine'} needs trainer {self.trainer_gib:.1f} + allocator cache "
+            f"{self.phase} on {where} needs trainer {self.trainer_gib:.1f} + allocator cache "
             f"{self.cache_gib:.1f} + engine {self.engine_gib:.1f} ({self.engine_state}) + reserve "
             f"{self.reserve_gib:.1f} = {self.total_gib:.1f} GiB"
         )
@@ -741,49 +742,3 @@ def startup_check(cfg: RunConfig, world_size: int, device_gib: float, hf_dir: st
         return None
     gib = min(device_gib, cfg.parallel.gpu_memory_gib or device_gib)
     return check_memory_plan(cfg, world_size, gib, dims=dims)
-
-
-def recipes_markdown(names: list[str] | None = None) -> str:
-    """The table of ``docs/parallelism.md`` ("The shipped GPU recipes"): every GPU recipe's timeline
-    (total GiB per GPU per phase, both kinds of GPU), smallest margin and KV waves, recipes with
-    identical numbers on one row (fp8 recipes as their bf16 siblings). Generated:
-    ``python -m fastrl.models.memory_plan``."""
-    from recipes import get_recipe, list_recipes
-
-    names = names or [n for n in list_recipes() if n.startswith("qwen25vl_")]
-    groups: dict[tuple, list[str]] = {}
-    plans: dict[tuple, MemoryPlan] = {}
-    for name in names:
-        # an fp8 recipe plans as its bf16 sibling (bf16 weights, fp32 gradients and optimizer state
-        # alike); it cannot be built where Transformer Engine is missing
-        cfg = get_recipe(name[: -len("_fp8")] + "_bf16" if name.endswith("_fp8") else name)
-        plan = estimate_memory(cfg, cfg.parallel.world_size, cfg.parallel.gpu_memory_gib)
-        sp = " SP" if cfg.parallel.sequence_parallel else ""
-        key = (f"{plan.gpu_memory_gib:g}", f"{plan.tp} {plan.pp} {plan.dp}{sp}",
-               f"{plan.engine_tp}, {cfg.rollout.gpu_memory_utilization:g}",
-               tuple(f"{r.total_gib:.1f}" for r in plan.timeline), tuple(k.waves for k in plan.kv_checks))
-        groups.setdefault(key, []).append(name)
-        plans[key] = plan
-    head = ["recipes", "GPUs x GiB", "TP PP DP", "vLLM TP, share", "GPU", *PHASES, "margin", "KV waves (train, val)"]
-    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
-    for key, members in groups.items():
-        plan = plans[key]
-        algos = sorted({a for m in members for a in ("grpo", "dapo", "gspo") if f"_{a}_" in m})
-        label = f"`{members[0]}`" + (f" and {len(members) - 1} more ({', '.join(algos)})" if len(members) > 1 else "")
-        gpus = f"{plan.generating_gpus + plan.other_gpus} x {plan.gpu_memory_gib:g}"
-        waves = ", ".join(str(k.waves) for k in plan.kv_checks) or "-"
-        for kind in GPU_KINDS:
-            rows = [r for r in plan.timeline if r.gpu == kind]
-            if not rows:
-                continue
-            count = plan.generating_gpus if kind == "generating" else plan.other_gpus
-            cells = [label, gpus, key[1], key[2], f"{kind} ({count})", *(f"{r.total_gib:.1f}" for r in rows),
-                     f"{min(r.margin_gib for r in rows):.1f}", waves]
-            lines.append("| " + " | ".join(cells) + " |")
-            label = gpus = waves = ""
-            key = (key[0], "", "", key[3], key[4])
-    return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    print(recipes_markdown())

@@ -13,7 +13,13 @@ import torch
 
 from fastrl.config import ConfigError
 from fastrl.models.memory_plan import (
-    GIB, KNOWN_MODELS, PHASES, ModelDims, check_memory_plan, estimate_memory, recipe_margin_gib, recipes_markdown,
+    GIB,
+    KNOWN_MODELS,
+    PHASES,
+    ModelDims,
+    check_memory_plan,
+    estimate_memory,
+    recipe_margin_gib,
 )
 from fastrl.train import main, resolve_config
 from recipes import get_recipe, list_recipes
@@ -223,7 +229,9 @@ def test_every_shipped_gpu_recipe_fits_every_phase_with_a_margin(name):
 
 
 def test_docs_table_is_the_generated_one():
-    assert recipes_markdown() in DOCS.read_text(), "regenerate it: python -m fastrl.models.memory_plan"
+    from tools.memory_table import recipes_markdown
+
+    assert recipes_markdown() in DOCS.read_text(), "regenerate it: python tools/memory_table.py"
 
 
 def test_dry_run_prints_the_timeline_and_resolution_refuses(capsys):
