@@ -43,8 +43,13 @@ def user_content(text: str, num_images: int) -> list[dict[str, str]]:
 
 
 def chat_prompt_text(tokenizer: Any, text: str, num_images: int) -> str:
-    """The full prompt string (system + user turn + assistant header) from the chat template."""
-    messages = [{"role": "user", "content": user_content(text, num_images)}]
+    """The full prompt string (system + user turn + assistant header) from the chat template.
+
+    A prompt without images is a plain string ``content``, the form every chat template takes (text
+    models' templates, SmolLM2's among them, concatenate ``message['content']`` as a string; the
+    Qwen2.5-VL templates render a string as they render a single text part)."""
+    content = user_content(text, num_images) if num_images or IMAGE_MARKER in text else text
+    messages = [{"role": "user", "content": content}]
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
