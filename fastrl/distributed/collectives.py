@@ -218,3 +218,14 @@ def broadcast_object_model_parallel(obj: Any) -> Any:
     box = [obj if dist.get_rank(group) == 0 else None]
     dist.broadcast_object_list(box, src=dist.get_global_rank(group, 0), group=group)
     return box[0]
+
+
+def all_gather_objects_model_parallel(obj: Any) -> list[Any]:
+    """Picklable objects, one per rank of this model-parallel group in group-rank order (the first
+    is the source's, :func:`is_model_parallel_source`); ``[obj]`` without model parallelism."""
+    group = model_parallel_group()
+    if group is None or dist.get_world_size(group) == 1:
+        return [obj]
+    out: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(out, obj, group=group)
+    return out

@@ -371,7 +371,8 @@ class EngineProcessClient:
     # ---- RolloutEngine ---------------------------------------------------------------------
 
     def sleep(self) -> None:
-        """vLLM sleep level 1 when the engine was built with ``enable_sleep_mode`` (GPU); else a no-op."""
+        """vLLM sleep level 2 (weights and KV cache discarded; the next refit reloads the weights)
+        when the engine was built with ``enable_sleep_mode`` (GPU); else a no-op."""
         self._call({"op": "sleep"})
 
     def wake(self) -> None:
@@ -464,17 +465,21 @@ class EngineProcessClient:
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> int:
         """Refit through the transport (:mod:`fastrl.rollout.refit_transport`). Records
-        :attr:`refit_metrics` and, per parameter group, the sum of squares of what was sent
-        (:attr:`last_group_sums`, for the verification's diagnosis; computed where the tensors live
-        and read back once per refit, not once per tensor)."""
+        :attr:`refit_metrics` and, on a refit that will be verified (:attr:`verify_due` after it),
+        per parameter group the sum of squares of what was sent (:attr:`last_group_sums`, for the
+        verification's diagnosis; computed where the tensors live, on the GPU for CUDA IPC, and read
+        back once per refit), and has the engine record its side; other refits compute no sums."""
         norms: dict[str, list[torch.Tensor]] = {}
+        due = self._verify_due_at(self.weight_version + 1)
 
         def tracked():
             for name, t in named_tensors:
                 t = t.detach()
-                norms.setdefault(wire.weight_group(name), []).append(torch.linalg.vector_norm(t, dtype=torch.float64))
+                if due:
+                    norms.setdefault(wire.weight_group(name), []).append(torch.linalg.vector_norm(t, dtype=torch.float64))
                 yield name, t
 
+        self.transport.record_sums = due
         start = time.perf_counter()
         count, nbytes = self._transfer(tracked())
         elapsed = time.perf_counter() - start
@@ -501,8 +506,15 @@ class EngineProcessClient:
     @property
     def verify_due(self) -> bool:
         """Whether the refit just done is to be verified: the first, then every ``verify_every``-th."""
-        v = self.weight_version
-        return self.verify_every > 0 and v >= 1 and (v == 1 or v % self.verify_every == 0)
+        return self._verify_due_at(self.weight_version)
+
+    def _verify_due_at(self, v: int) -> bool:
+        return verify_due_at(v, self.verify_every)
+
+    @property
+    def export_to_cpu(self) -> bool:
+        """Where the trainer's weight export must put its tensors for this client's transport."""
+        return self.transport.export_to_cpu
 
     def _wait_ok(self, op: str) -> None:
         reply = self._receive(op, self.timeout_s)
@@ -527,6 +539,12 @@ class EngineProcessClient:
             self.shutdown()
         except Exception:  # noqa: BLE001
             pass
+
+
+def verify_due_at(version: int, every: int) -> bool:
+    """Whether refit number ``version`` (1-based) is verified: the first, then every ``every``-th
+    (never with ``every = 0``)."""
+    return every > 0 and version >= 1 and (version == 1 or version % every == 0)
 
 
 def group_square_sums(norms: dict[str, list[torch.Tensor]]) -> dict[str, float]:
@@ -581,12 +599,16 @@ def frozen_vision_weight(name: str) -> bool:
     return name.split("visual.", 1)[1].startswith(("blocks.", "patch_embed."))
 
 
-def engine_client_from_config(cfg: Any, policy_dir: str | os.PathLike, device: torch.device | str | None) -> EngineProcessClient:
+def engine_client_from_config(
+    cfg: Any, policy_dir: str | os.PathLike, device: torch.device | str | None, *, gpus: Sequence[str] | None = None,
+) -> EngineProcessClient:
     """This rank's engine process for a :class:`fastrl.config.RunConfig` with ``rollout.engine='vllm'``
     (docs/engine.md): fp32 runs get an fp32 engine, bf16/fp8 runs a bf16 one; on CPU the KV cache
     is ``rollout.engine_kv_cache_mb`` and the engine uses ``rollout.engine_threads`` OMP threads; on
-    a GPU the engine sees only this rank's GPU(s) (``CUDA_VISIBLE_DEVICES``) and sleeps between
-    steps when ``rollout.sleep_between_steps``. The refit transport follows the device
+    a GPU the engine sees only its GPUs (``CUDA_VISIBLE_DEVICES``: ``gpus``, the first
+    ``rollout.engine_tensor_parallel_size`` GPUs of the rank's model-parallel group as
+    :func:`fastrl.training.engine_placement.engine_gpus` finds them, else this rank's GPU and the
+    ones after it) and sleeps between steps (level 2) when ``rollout.sleep_between_steps``. The refit transport follows the device
     (:func:`fastrl.rollout.refit_transport.transport_for_device`); images are resized into
     ``data.min_pixels`` / ``data.max_pixels`` on both sides.
 
@@ -603,8 +625,9 @@ def engine_client_from_config(cfg: Any, policy_dir: str | os.PathLike, device: t
     env: dict[str, str] = {}
     if dev.type == "cuda":
         llm_kwargs.update(gpu_memory_utilization=ro.gpu_memory_utilization, enable_sleep_mode=ro.sleep_between_steps)
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(physical_gpus(
-            dev.index or 0, ro.engine_tensor_parallel_size, os.environ.get("CUDA_VISIBLE_DEVICES")))
+        if gpus is None:
+            gpus = physical_gpus(dev.index or 0, ro.engine_tensor_parallel_size, os.environ.get("CUDA_VISIBLE_DEVICES"))
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
     else:
         llm_kwargs.update(kv_cache_memory_bytes=ro.engine_kv_cache_mb * 2**20, enforce_eager=True)
         threads = ro.engine_threads or cfg.trainer.torch_threads

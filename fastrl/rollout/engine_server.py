@@ -11,14 +11,19 @@ vLLM environment on GPU) has transformers 5 and no megatron.
 
 Weight transports (:mod:`fastrl.rollout.refit_transport`): ``load_weights`` (shared-memory bucket
 files; CPU, tested) and ``load_weights_ipc`` (CUDA IPC handle of one flat bucket buffer; colocated
-GPU engine; written against vLLM's API, untested here: no GPU). Both reload from views of one flat
-uint8 buffer (:meth:`Server._reload`).
+GPU engine; written against vLLM's API; its CUDA calls untested here: no GPU). Both reload from
+views of one flat uint8 buffer (:meth:`Server._reload`), handed to vLLM as a list (picklable for
+vLLM's multiproc executor when ``tensor_parallel_size > 1``).
+
+Sleep (``enable_sleep_mode``, GPU): level 2 between steps (weights and KV cache discarded);
+a refit wakes the weights alone and loads them, :meth:`Server.op_wake` brings the KV cache back.
 
 Life cycle: on Linux the process asks the kernel for SIGKILL when its parent dies
 (``prctl(PR_SET_PDEATHSIG)``), and a watchdog thread exits when the parent pid changes (covers
-non-Linux systems and a parent that died before the prctl call). The engine runs in-process
-(``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set before vLLM is imported) so ``reload_weights`` can take
-a lazy iterator of tensors and the client's process-group kill reaches everything.
+non-Linux systems and a parent that died before the prctl call). The engine core runs in-process
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set before vLLM is imported) so the client's process-group
+kill reaches everything (with ``tensor_parallel_size > 1`` vLLM's worker processes are children
+of this one).
 
 Start-up errors are sent as the first message (``{"ok": False, "kind": "environment" | "architecture"
 | "startup"}``) before the process exits with status 3.
@@ -171,33 +176,34 @@ class Server:
         self._maps[path] = (size, mm)
         return mm
 
-    def _reload(self, buffers: list) -> int:
+    def _reload(self, buffers: list, sums: bool = True) -> int:
         """``reload_weights`` from views of flat uint8 buffers: ``buffers`` holds ``(buffer, entries)``
-        pairs, entries ``(name, dtype, shape, offset, nbytes)``. Weights asleep are woken first; the
-        prefix cache is reset unless the engine sleeps (then :meth:`op_wake` does). Records each
-        tensor's sum of squares (:meth:`op_group_sums`), read back once per call."""
+        pairs, entries ``(name, dtype, shape, offset, nbytes)``. The views go to vLLM as a **list** of
+        ``(name, tensor)`` pairs, not a generator: with ``tensor_parallel_size > 1`` vLLM's multiproc
+        executor pickles ``collective_rpc``'s arguments, and a generator cannot be pickled. Weights
+        asleep (sleep level 2 discarded them) are woken first; the prefix cache is reset unless the
+        engine's KV cache sleeps (then :meth:`op_wake` does). With ``sums`` each tensor's sum of
+        squares is recorded (:meth:`op_group_sums`), computed where the tensor lives and read back
+        once per call."""
         import torch
 
-        norms: list = []
-        names: list[str] = []
-
-        def views():
-            for buffer, entries in buffers:
-                for name, dtype, shape, offset, nbytes in entries:
-                    tensor = buffer[offset : offset + nbytes].view(getattr(torch, dtype)).reshape(shape)
-                    names.append(name)
-                    norms.append(torch.linalg.vector_norm(tensor, dtype=torch.float64))
-                    yield name, tensor
-
+        views = [
+            (name, buffer[offset : offset + nbytes].view(getattr(torch, dtype)).reshape(shape))
+            for buffer, entries in buffers
+            for name, dtype, shape, offset, nbytes in entries
+        ]
+        norms = None
+        if views and sums:  # before the reload: what arrived, whatever vLLM does with it
+            norms = torch.stack([torch.linalg.vector_norm(t, dtype=torch.float64) for _, t in views])
         if self.asleep and not self.weights_awake:
             self.llm.wake_up(tags=["weights"])
             self.weights_awake = True
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": views()})
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": views})
         if not self.asleep:
             self.llm.reset_prefix_cache()
-        if norms:
-            self.received.update(zip(names, torch.stack(norms).square().tolist()))
-        return len(names)
+        if norms is not None:
+            self.received.update(zip([n for n, _ in views], norms.square().tolist()))
+        return len(views)
 
     def op_load_weights(self, req: dict) -> dict:
         """Buckets in shared-memory files (``(path, entries)`` each), memory-mapped, zero copies."""
@@ -205,20 +211,23 @@ class Server:
 
         start = time.perf_counter()
         buffers = [(torch.frombuffer(self._map(path), dtype=torch.uint8), entries) for path, entries in req["buckets"]]
-        count = self._reload(buffers)
+        count = self._reload(buffers, sums=req.get("sums", True))
         return {"count": count, "time_s": time.perf_counter() - start}
 
     def op_load_weights_ipc(self, req: dict) -> dict:
         """One bucket through a CUDA IPC handle (``reduce_tensor`` of the trainer's flat buffer). The
-        engine sees one GPU as ``cuda:0`` (``CUDA_VISIBLE_DEVICES`` narrowed), so the handle's device
-        index (argument 6 of ``rebuild_cuda_tensor``) is mapped to the current device. Untested here."""
+        engine sees its GPU(s) from ``cuda:0`` (``CUDA_VISIBLE_DEVICES`` narrowed), so the handle's
+        device index (argument 6 of ``rebuild_cuda_tensor``) is mapped to the current device.
+
+        Raises:
+            ValueError: the handle is not a CUDA tensor's (:func:`check_cuda_handle`).
+        """
         import torch
 
-        rebuild, args = req["handle"]
-        args = list(args)
+        rebuild, args = check_cuda_handle(req["handle"])
         args[6] = torch.cuda.current_device()
         buffer = rebuild(*args)
-        count = self._reload([(buffer, req["entries"])])
+        count = self._reload([(buffer, req["entries"])], sums=req.get("sums", True))
         torch.cuda.synchronize()
         return {"count": count}
 
@@ -248,12 +257,15 @@ class Server:
         return {"sums": total}
 
     def op_sleep(self, req: dict) -> dict:
+        """vLLM sleep level 2: weights and KV cache discarded, no host copy (the next refit
+        overwrites the weights: :meth:`_reload` wakes the weights alone and loads them)."""
         if self.sleep_enabled and not self.asleep:
-            self.llm.sleep(level=1)
+            self.llm.sleep(level=2)
             self.asleep, self.weights_awake = True, False
         return {}
 
     def op_wake(self, req: dict) -> dict:
+        """The KV cache back (after a refit: the weights are awake already); weights too otherwise."""
         if self.sleep_enabled and self.asleep:
             self.llm.wake_up(tags=["kv_cache"] if self.weights_awake else None)
             self.asleep, self.weights_awake = False, True
@@ -263,6 +275,25 @@ class Server:
     def op_reset_prefix_cache(self, req: dict) -> dict:
         self.llm.reset_prefix_cache()
         return {}
+
+
+def check_cuda_handle(handle) -> tuple:
+    """``(rebuild function, argument list)`` of a ``reduce_tensor`` handle of a CUDA tensor.
+
+    Raises:
+        ValueError: a handle of a CPU tensor (``reduce_tensor`` gives ``rebuild_tensor`` and 3
+            arguments; the trainer exported its weights to the CPU) or anything else that is not
+            ``rebuild_cuda_tensor`` with its device index at argument 6.
+    """
+    rebuild, args = handle
+    args = list(args)
+    name = getattr(rebuild, "__name__", repr(rebuild))
+    if name != "rebuild_cuda_tensor" or len(args) < 7:
+        raise ValueError(
+            f"load_weights_ipc needs the IPC handle of a CUDA tensor, got {name} with {len(args)} arguments: "
+            f"the trainer sent a CPU buffer (its weight export must stay on the GPU for the CUDA IPC refit)"
+        )
+    return rebuild, args
 
 
 def check_environment(spec: dict) -> dict | None:

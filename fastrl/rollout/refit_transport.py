@@ -20,8 +20,10 @@ The transport is chosen in one place, by the trainer rank's device (:func:`trans
 :func:`make_transport`): ``"cuda_ipc"`` on a GPU, ``"shm"`` otherwise. Both share one interface:
 ``send(named_tensors, request, wait)`` builds the engine requests itself (``request(dict)`` sends one
 and returns a handle, ``wait(handle)`` waits for its reply), ``replay_requests()`` gives the requests
-that reload the current weights into a restarted engine, and ``replayable`` says whether there are
-any. An engine on its own GPUs (a NCCL broadcast group) is not implemented (docs/engine.md).
+that reload the current weights into a restarted engine, ``replayable`` says whether there are
+any, ``export_to_cpu`` where the trainer's weight export must put its tensors (the CPU for shared
+memory, the GPU for CUDA IPC: :func:`export_to_cpu`), and ``record_sums`` whether the engine records
+the per-tensor sums of squares of this refit (only refits that are verified need them). An engine on its own GPUs (a NCCL broadcast group) is not implemented (docs/engine.md).
 
 Frozen tensors (``model.freeze_vision_tower``) go to their own buckets, sent on the first refit only
 (:attr:`SharedMemoryTransport.skip_after_first`).
@@ -132,8 +134,8 @@ class _BucketFile:
         self.path.unlink(missing_ok=True)
 
 
-def _load_request(buckets: list[tuple[str, list[Entry]]]) -> dict:
-    return {"op": "load_weights", "buckets": buckets}
+def _load_request(buckets: list[tuple[str, list[Entry]]], sums: bool = True) -> dict:
+    return {"op": "load_weights", "buckets": buckets, "sums": sums}
 
 
 def remove_stale_dirs(base: Path, prefix: str) -> list[Path]:
@@ -180,6 +182,7 @@ class SharedMemoryTransport:
         self.live: list[_BucketFile] = []
         self.frozen: list[_BucketFile] = []
         self.refits = 0
+        self.record_sums = True  # the engine records per-tensor sums of squares (set per refit by the client)
 
     def _file(self, pool: list[_BucketFile], index: int, kind: str) -> _BucketFile:
         while len(pool) <= index:
@@ -188,6 +191,9 @@ class SharedMemoryTransport:
 
     replayable = True
     """The bucket files keep the engine's current weights (:meth:`replay_requests`)."""
+
+    export_to_cpu = True
+    """The trainer exports its weights to the CPU for this transport (the bucket files are host memory)."""
 
     def send(
         self, named_tensors: Iterable[tuple[str, torch.Tensor]],
@@ -221,7 +227,7 @@ class SharedMemoryTransport:
             count += len(bucket)
             if pending is not None:
                 wait(pending)
-            pending = request(_load_request([(str(f.path), f.entries)]))
+            pending = request(_load_request([(str(f.path), f.entries)], self.record_sums))
             index += 1
         if pending is not None:
             wait(pending)
@@ -231,7 +237,7 @@ class SharedMemoryTransport:
                 f = self._file(self.frozen, k, "frozen")
                 nbytes += f.write(bucket)
                 count += len(bucket)
-                wait(request(_load_request([(str(f.path), f.entries)])))
+                wait(request(_load_request([(str(f.path), f.entries)], self.record_sums)))
         self.refits += 1
         return count, nbytes
 
@@ -278,6 +284,10 @@ class CudaIpcTransport:
         self.bucket_bytes = bucket_bytes
         self.skip_after_first = skip_after_first
         self.refits = 0
+        self.record_sums = True
+
+    export_to_cpu = False
+    """The trainer exports its weights on the GPU for this transport (a CPU buffer has no CUDA IPC handle)."""
 
     def send(self, named_tensors, request, wait) -> tuple[int, int]:
         """Like :meth:`SharedMemoryTransport.send`, one ``load_weights_ipc`` request per bucket."""
@@ -290,9 +300,14 @@ class CudaIpcTransport:
         for bucket in group_buckets(stream, self.bucket_bytes):
             buffer, entries = pack_flat(bucket)
             total = buffer.numel()
-            if buffer.is_cuda:
-                torch.cuda.current_stream().synchronize()
-            wait(request({"op": "load_weights_ipc", "handle": reduce_tensor(buffer), "entries": entries}))
+            if buffer.device.type != "cuda":
+                raise ValueError(
+                    f"CUDA IPC refit: the bucket holding {entries[0][0]!r} is on {buffer.device}, not a GPU; "
+                    f"export the weights on the GPU (export_hf_weights(..., cpu=False)) for this transport"
+                )
+            torch.cuda.current_stream().synchronize()
+            wait(request({"op": "load_weights_ipc", "handle": reduce_tensor(buffer), "entries": entries,
+                          "sums": self.record_sums}))
             count, nbytes = count + len(bucket), nbytes + total
             del buffer
         return count, nbytes
@@ -312,6 +327,13 @@ def transport_for_device(device: torch.device | str | None) -> str:
     """The refit transport of an engine colocated with a trainer rank on ``device``: CUDA IPC on a
     GPU (the engine sees the same GPU), shared-memory files otherwise."""
     return "cuda_ipc" if device is not None and torch.device(device).type == "cuda" else "shm"
+
+
+def export_to_cpu(device: torch.device | str | None) -> bool:
+    """Whether a trainer rank on ``device`` exports its weights to the CPU for the refit: yes for the
+    shared-memory transport, no for CUDA IPC (which needs GPU tensors; an engine-less peer rank on a
+    GPU also keeps them there, it only takes part in the export's collectives)."""
+    return TRANSPORTS[transport_for_device(device)].export_to_cpu
 
 
 def make_transport(

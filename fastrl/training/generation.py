@@ -40,9 +40,9 @@ def generate(
     With model parallelism (TP or PP > 1) the rollouts are generated once per model-parallel group,
     on its first rank, and broadcast to the peers (:func:`collectives.broadcast_object_model_parallel`),
     so every rank holding a shard of one model replica trains on the same token ids (engines on
-    different GPUs are not bitwise deterministic even with equal seeds). The peers' engines are not
-    used. Collective over the model-parallel group; an error on the first rank is raised on every
-    rank of the group.
+    different GPUs are not bitwise deterministic even with equal seeds). The peers hold no engine
+    (:class:`~fastrl.training.engine_placement.EnginelessPeer`). Collective over the model-parallel
+    group; an error on the first rank is raised on every rank of the group.
     """
     chosen = [prompts.prompt_of(r) for _, r in items]
     result: Rollouts | BaseException | None = None
@@ -77,4 +77,24 @@ def _share_with_peers(result: Rollouts | BaseException | None, chosen: list[Roll
         return result  # the first rank raises its own error, with its traceback
     if isinstance(shared, Rollouts):
         return replace(shared, prompts=list(chosen))
+    return shared
+
+
+def on_source_then_shared(fn, *, what: str):
+    """``fn()`` on the first rank of this model-parallel group (the rank with an engine), its
+    picklable result on every rank of the group (broadcast); an error there is raised on every rank
+    (the first rank raises its own, with its traceback). Without model parallelism: ``fn()``."""
+    if collectives.model_parallel_size() == 1:
+        return fn()
+    result: object = None
+    if collectives.is_model_parallel_source():
+        try:
+            result = fn()
+        except Exception as err:  # noqa: BLE001 - re-raised below, after the peers have heard of it
+            collectives.broadcast_object_model_parallel(
+                RuntimeError(f"{what} failed on the first rank of the model-parallel group: {err!r}"))
+            raise
+    shared = collectives.broadcast_object_model_parallel(result)
+    if isinstance(shared, BaseException):
+        raise shared
     return shared

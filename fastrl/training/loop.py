@@ -32,7 +32,7 @@ from fastrl.training.generation import group_size
 from fastrl.training.metrics import MetricsLogger, supersede_records_after
 from fastrl.training.parts import RunParts, total_steps
 from fastrl.training.step import train_step
-from fastrl.training.update_phase import refit
+from fastrl.training.update_phase import refit, release_cached_memory
 from fastrl.training.validation import ValidationStopped, validate_policy
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -91,6 +91,7 @@ def resume(run: RunParts, state: TrainState, io: CheckpointIO) -> str | None:
     path = io.resume(state, run.actor)
     if path is None:
         return None
+    release_cached_memory(run.ctx.device)
     refit(run.engine, run.actor)
     if run.ctx.is_logging_rank:
         logger.info("resumed from %s at step %d (n=%d)%s", path, state.step, group_size(run.cfg, state.ars), io.reshard_note)

@@ -30,7 +30,9 @@ class RunParts:
         val: the validation records.
         actor: the trainable megatron-core policy with its optimizer and LR scheduler.
         reference: the frozen reference policy (KL), or None.
-        engine: the rollout engine (:class:`fastrl.rollout.engine.RolloutEngine`).
+        engine: the rollout engine (:class:`fastrl.rollout.engine.RolloutEngine`) on the first rank
+            of each model-parallel group; an :class:`~fastrl.training.engine_placement.EnginelessPeer`
+            on the other ranks.
         scorer: the reward scorer (:class:`fastrl.rewards.RewardScorer`).
         timer: wall time per phase.
         data_metrics / start_metrics: logged once at step 0 (data report, warm start).
@@ -90,8 +92,9 @@ def build_parts(cfg: RunConfig, ctx: ParallelContext, run_dir: Path) -> RunParts
     from fastrl.models.provider import build_policy
     from fastrl.rewards import RewardScorer
     from fastrl.training.actor import Actor
+    from fastrl.training.engine_placement import build_rank_engine
     from fastrl.training.policy_source import prepare_policy_dir
-    from fastrl.training.update_phase import refit
+    from fastrl.training.update_phase import refit, release_cached_memory
 
     timer = PhaseTimer(sync=torch.cuda.synchronize if ctx.device.type == "cuda" else None)
     d = cfg.data
@@ -123,8 +126,9 @@ def build_parts(cfg: RunConfig, ctx: ParallelContext, run_dir: Path) -> RunParts
         temperature=ro.temperature if ro.temperature > 0 else 1.0,
     )
     reference = policy(False) if (alg.use_kl_loss and alg.kl_coef > 0 or alg.kl_in_reward) else None
-    engine = _build_engine(cfg, policy_dir, ctx.device)
+    engine = build_rank_engine(cfg, ctx.device, lambda gpus: _build_engine(cfg, policy_dir, ctx.device, gpus))
     if ckpt:
+        release_cached_memory(ctx.device)
         refit(engine, actor)  # the engine starts from the imported weights, not the HF directory's
     scorer = RewardScorer(cfg.reward.name, num_workers=cfg.reward.num_workers, timeout_s=cfg.reward.timeout_s)
     prompts = PromptSource(train, template=d.template, tokenizer=engine.tokenizer, image_size=d.prompt_image_size)
@@ -161,8 +165,12 @@ def _filter_long_prompts(cfg: RunConfig, policy_dir: Path, train_split, val_spli
     return train, val
 
 
-def _build_engine(cfg: RunConfig, policy_dir: Path, device: torch.device):
-    """This rank's engine, on this rank's device (``cuda:<LOCAL_RANK>`` under NCCL, else the CPU), with
+def _build_engine(cfg: RunConfig, policy_dir: Path, device: torch.device, gpus: list[str] | None = None):
+    """The engine of a generating rank (the first of its model-parallel group; the others hold an
+    :class:`~fastrl.training.engine_placement.EnginelessPeer`,
+    :func:`~fastrl.training.engine_placement.build_rank_engine`), on this rank's device
+    (``cuda:<LOCAL_RANK>`` under NCCL, else the CPU; a vLLM engine with tensor parallelism sees
+    ``gpus``, its model-parallel group's first GPUs), with
     the run's image-processor bounds ``data.min_pixels`` / ``data.max_pixels``: the Hugging Face
     engine's processor, or for vLLM both the engine process's processor and its client's
     (:func:`~fastrl.rollout.engine_client.engine_client_from_config`), so the trainer's prompt inputs,
@@ -170,7 +178,7 @@ def _build_engine(cfg: RunConfig, policy_dir: Path, device: torch.device):
     if cfg.rollout.engine == "vllm":
         from fastrl.rollout.engine_client import engine_client_from_config  # vLLM in its own process
 
-        return engine_client_from_config(cfg, policy_dir, device)
+        return engine_client_from_config(cfg, policy_dir, device, gpus=gpus)
     from fastrl.rollout.hf_engine import HFRolloutEngine
 
     return HFRolloutEngine.from_pretrained(

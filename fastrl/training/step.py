@@ -36,7 +36,7 @@ from fastrl.training.refit_verify import check_rollout_mismatch
 from fastrl.training.rollout_batch import AdvantagedRollouts, ScoredRollouts, sequence_multiple, to_policy_batch
 from fastrl.training.scoring import compute_advantages, dynamic_sampling, kl_in_reward, score
 from fastrl.training.seeds import derive_seed
-from fastrl.training.update_phase import add_log_probs, refit, update_policy
+from fastrl.training.update_phase import add_log_probs, refit, release_cached_memory, update_policy
 
 logger = logging.getLogger("fastrl.trainer")
 
@@ -141,6 +141,7 @@ def train_step(run: RunParts, state: TrainState, step: int) -> StepOutput:
         check_rollout_mismatch(metrics, tolerance=cfg.mismatch_tolerance, step=step, setting=tolerance_note)
     with timer.phase("update"):                                              # 9. policy update
         m.update(update_policy(batch, run.actor, cfg, n=n, dp_size=ctx.dp_size, step=step))
+    release_cached_memory(ctx.device)                                        # GPU: the activation peak
     with timer.phase("refit"):                                               # weights -> engine
         m.update(refit(run.engine, run.actor))
     f1, f2 = state.ars.record(list(outcome.kept_per_group.values()))         # ARS statistics

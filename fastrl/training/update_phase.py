@@ -123,20 +123,66 @@ def update_policy(batch: PolicyBatch, actor: "Actor", cfg: RunConfig, *, n: int,
     return m
 
 
+def release_cached_memory(device: Any) -> None:
+    """On a GPU, ``torch.cuda.empty_cache()``: the caching allocator gives back what it keeps reserved
+    (the update's and the old/ref passes' activation peak), so that the engine process, which cannot
+    reclaim another process's cache, can wake its weights and KV cache into it. Nothing on the CPU."""
+    import torch
+
+    if torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()
+
+
 def refit(engine: Any, actor: "Actor") -> Metrics:
     """Stream the actor's weights (Hugging Face names, full tensors) into the rollout engine and
     count the refit (``actor.policy_version``, the version every later generate request carries); an
     engine process (``rollout.engine='vllm'``) adds its transfer metrics (``refit/bytes``,
     ``refit/time_s``, ``refit/mb_per_s``) and, when due, the refit verification
-    (:mod:`fastrl.training.refit_verify`; raises ``RefitVerificationError``)."""
-    count = engine.update_weights(export_hf_weights(actor.policy))
+    (:mod:`fastrl.training.refit_verify`; raises ``RefitVerificationError``).
+
+    The export puts its tensors where the engine's transport wants them (``engine.export_to_cpu``:
+    the CPU for shared memory, the GPU for CUDA IPC; the Hugging Face engine: the CPU). Collective
+    over the model-parallel group: every rank exports (TP all-gathers, PP broadcasts), only the
+    source rank's engine loads; a rank without an engine holds an
+    :class:`~fastrl.training.engine_placement.EnginelessPeer`. The verification wakes the engine's
+    KV cache for its probe (the engine then stays awake until the next generation's end)."""
+    count = engine.update_weights(export_hf_weights(actor.policy, cpu=getattr(engine, "export_to_cpu", True)))
     actor.policy_version += 1
     m = {"refit/tensors": float(count), **getattr(engine, "refit_metrics", {})}
     if getattr(engine, "verify_due", False):
-        from fastrl.training.refit_verify import actor_probe_logprobs, verify_refit
-
-        m.update(verify_refit(
-            engine, lambda probe: actor_probe_logprobs(actor, probe, engine.pad_token_id),
-            tolerance=engine.verify_tolerance,
-        ))
+        engine.wake()
+        m.update(_verify(engine, actor))
     return m
+
+
+def _verify(engine: Any, actor: "Actor") -> Metrics:
+    """The refit verification (the engine's probe log-probs against the actor's). With model
+    parallelism the source rank makes the probe and broadcasts it, every rank runs the actor's
+    forward pass over it, the source compares and broadcasts its metrics or error."""
+    from fastrl.distributed import collectives
+    from fastrl.training.refit_verify import actor_probe_logprobs, make_probe, verify_refit
+
+    def trainer(probe):
+        return actor_probe_logprobs(actor, probe, engine.pad_token_id)
+
+    if collectives.model_parallel_size() == 1:
+        return verify_refit(engine, trainer, tolerance=engine.verify_tolerance)
+    source = collectives.is_model_parallel_source()
+    probe = None
+    if source:
+        probe = getattr(engine, "_refit_probe", None) or make_probe(engine.tokenizer, getattr(engine, "suppressed_ids", ()))
+        engine._refit_probe = probe
+    probe = collectives.broadcast_object_model_parallel(probe)
+    if not source:
+        trainer(probe)
+        outcome = collectives.broadcast_object_model_parallel(None)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+    try:
+        outcome: Any = verify_refit(engine, trainer, tolerance=engine.verify_tolerance, probe=probe)
+    except Exception as err:  # noqa: BLE001 - the peers raise it too
+        collectives.broadcast_object_model_parallel(err)
+        raise
+    collectives.broadcast_object_model_parallel(outcome)
+    return outcome

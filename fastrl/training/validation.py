@@ -9,10 +9,11 @@ independent), see :func:`summarize_validation`.
 
 Over data-parallel ranks the questions are split into contiguous shares (:func:`share_bounds`):
 each DP rank decodes and grades its share, the graded results are gathered in question order, and
-every rank summarizes the same full list. The metrics, and the best-checkpoint decision the loop
-takes from them, are then rank 0's on every rank (:func:`validate_policy` broadcasts them: the
-tensor-parallel peers of a DP rank decode the same share with their own engines, which need not
-agree bit for bit on a GPU).
+every rank summarizes the same full list. Within a DP rank's model-parallel group only the first
+rank holds an engine: it decodes and grades, and broadcasts the graded results to its peers
+(as training generation does). The metrics, and the best-checkpoint decision the loop takes from
+them, are rank 0's on every rank (:func:`validate_policy` broadcasts them). The engine is woken
+for the validation (KV cache; weights after a refit are awake) and put back to sleep after it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from fastrl.data import Record
 from fastrl.distributed import collectives, world
 from fastrl.rollout.engine import RolloutEngine, RolloutPrompt, SamplingParams
+from fastrl.training.generation import on_source_then_shared
 from fastrl.training.seeds import derive_seed
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -160,9 +162,12 @@ def validate(
         first, last = lo + begin, min(lo + begin + batch_prompts, hi)
         if first >= last:
             continue
-        rollouts = engine.generate(prompts[first:last], n, sampling, weight_version=weight_version)
-        truths = [records[first + i].answer for i in rollouts.prompt_index]
-        results.extend(scorer.score(rollouts.response_texts, truths))
+        def decode_and_grade(first: int = first, last: int = last) -> list:
+            rollouts = engine.generate(prompts[first:last], n, sampling, weight_version=weight_version)
+            truths = [records[first + i].answer for i in rollouts.prompt_index]
+            return list(scorer.score(rollouts.response_texts, truths))
+
+        results.extend(on_source_then_shared(decode_and_grade, what="validation decoding"))
     if dp_size > 1:
         results = list(chain.from_iterable(collectives.all_gather_objects_dp(results)))
     metrics = summarize_validation(records, results, n, threshold=threshold)

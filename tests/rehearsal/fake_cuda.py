@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch.multiprocessing.reductions import reduce_tensor as _real_reduce_tensor
 
 
 class FakeCudaError(RuntimeError):
@@ -76,11 +77,14 @@ class FakeCuda:
     def mem_get_info(self, device: Any = None) -> tuple[int, int]:
         return self.total_bytes - self.reserved, self.total_bytes
 
+    def current_stream(self, device: Any = None) -> "_Stream":
+        return _Stream(self)
+
     # ---- installing ---------------------------------------------------------------------------
 
     REPLACED = (
         "is_available", "device_count", "set_device", "current_device", "empty_cache", "synchronize",
-        "memory_allocated", "memory_reserved", "mem_get_info",
+        "memory_allocated", "memory_reserved", "mem_get_info", "current_stream",
     )
 
     def install(self, monkeypatch: Any) -> "FakeCuda":
@@ -92,3 +96,87 @@ class FakeCuda:
         else:
             monkeypatch.setenv("CUDA_VISIBLE_DEVICES", self.visible)
         return self
+
+
+class _Stream:
+    def __init__(self, cuda: FakeCuda) -> None:
+        self.cuda = cuda
+
+    def synchronize(self) -> None:
+        self.cuda.calls.append(("stream_synchronize",))
+
+
+class CudaTyped(torch.Tensor):
+    """A CPU tensor that says it lives on ``cuda:0`` (``.device``, ``.is_cuda``): what the GPU
+    branch of the refit sees of a GPU tensor, without a GPU. Operations keep the type."""
+
+    @property
+    def device(self) -> torch.device:  # type: ignore[override]
+        return torch.device("cuda", 0)
+
+    @property
+    def is_cuda(self) -> bool:  # type: ignore[override]
+        return True
+
+    def to(self, *args: Any, **kwargs: Any) -> torch.Tensor:  # type: ignore[override]
+        target = kwargs.get("device", args[0] if args else None)
+        if isinstance(target, (str, torch.device)) and torch.device(target).type == "cuda":
+            return self  # already "there"
+        return super().to(*args, **kwargs)
+
+
+def cuda_typed(tensor: torch.Tensor) -> CudaTyped:
+    return tensor.as_subclass(CudaTyped)
+
+
+def rebuild_cuda_tensor(*args: Any) -> torch.Tensor:
+    """Stand-in of torch's ``rebuild_cuda_tensor`` (same name; argument 6 the device index, the
+    buffer itself at argument 8 here instead of a CUDA IPC memory handle)."""
+    return args[8]
+
+
+class FakeReduceTensor:
+    """Stand-in of ``torch.multiprocessing.reductions.reduce_tensor`` recording the device type of
+    each tensor it is given: a CUDA-typed tensor gets a ``rebuild_cuda_tensor`` handle (device index
+    at argument 6, as torch's); a CPU tensor gets torch's real CPU handle (``rebuild_tensor``, 3
+    arguments)."""
+
+    def __init__(self) -> None:
+        self.devices: list[str] = []
+
+    def __call__(self, tensor: torch.Tensor) -> tuple:
+        self.devices.append(tensor.device.type)
+        if tensor.device.type == "cuda":
+            return rebuild_cuda_tensor, (type(tensor), tensor.shape, tensor.stride(), 0, None, None, 0, None,
+                                         torch.Tensor(tensor).clone())
+        return _real_reduce_tensor(tensor)
+
+
+class RecordingLLM:
+    """Records what the engine server does to ``vllm.LLM``: sleep levels, wake-up tags, and for
+    ``collective_rpc`` the method and the type of its ``weights_iterator`` payload (whether it
+    could be pickled to vLLM's TP workers)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+        self.loaded: dict[str, torch.Tensor] = {}
+        self.payload_types: list[type] = []
+
+    def sleep(self, level: int) -> None:
+        self.calls.append(("sleep", level))
+
+    def wake_up(self, tags: Any = None) -> None:
+        self.calls.append(("wake_up", tuple(tags) if tags else None))
+
+    def collective_rpc(self, method: str, kwargs: dict) -> None:
+        import pickle
+
+        payload = kwargs["weights_iterator"]
+        self.payload_types.append(type(payload))
+        pickle.dumps([(n, torch.Tensor(t).clone()) for n, t in payload] if isinstance(payload, list) else payload)
+        items = [(name, torch.Tensor(t).clone()) for name, t in payload]
+        self.loaded.update(items)
+        self.calls.append((method, [name for name, _ in items]))
+
+    def reset_prefix_cache(self) -> None:
+        self.calls.append(("reset_prefix_cache",))

@@ -171,7 +171,7 @@ def test_refit_while_asleep_wakes_weights_first_and_kv_cache_later(server_module
     server.op_wake({})
     server.op_wake({})  # idempotent
     assert llm.calls == [
-        ("sleep", 1),
+        ("sleep", 2),  # weights and KV cache discarded: the refit reloads the weights
         ("wake_up", ("weights",)),
         ("reload_weights", ["model.layers.0.mlp.up_proj.weight", "lm_head.weight"]),
         ("wake_up", ("kv_cache",)),
@@ -198,7 +198,13 @@ def test_cuda_ipc_transport_packs_buckets_the_server_reloads(server_module, monk
     by the buffer here; the server reloads from views of it as it does from the rebuilt buffer."""
     import torch.multiprocessing.reductions as reductions
 
+    from fastrl.rollout import refit_transport
+    from tests.rehearsal.fake_cuda import FakeCuda, cuda_typed
+
     monkeypatch.setattr(reductions, "reduce_tensor", lambda buffer: buffer.clone())
+    FakeCuda(device_count=1).install(monkeypatch)
+    real_pack = refit_transport.pack_flat
+    monkeypatch.setattr(refit_transport, "pack_flat", lambda bucket: (cuda_typed(real_pack(bucket)[0]), real_pack(bucket)[1]))
     llm = _RecordingLLM()
     server = _server(server_module, llm)
     transport = CudaIpcTransport(1, skip_after_first=lambda n: n.startswith("model.layers.0."))

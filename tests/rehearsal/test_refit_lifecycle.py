@@ -1,0 +1,328 @@
+"""GPU rehearsal of the engine's life cycle on a GPU node (issue 29, items 1, 3, 4, 5, 10).
+
+The CUDA layer is :class:`FakeCuda`; GPU tensors are CPU tensors typed ``cuda:0``
+(:func:`cuda_typed`); ``reduce_tensor`` is :class:`FakeReduceTensor`; vLLM is
+:class:`RecordingLLM` inside the real engine server (``engine_server.py`` loaded by path). The
+client (:class:`EngineProcessClient`) talks to that server in process instead of over its socket.
+Each test says which broken build it catches.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import types
+
+import pytest
+import torch
+
+from fastrl.distributed import collectives
+from fastrl.rollout import engine_client, refit_transport
+from fastrl.rollout.engine_client import EngineError, EngineProcessClient
+from fastrl.training import update_phase
+from tests.rehearsal.fake_cuda import FakeCuda, FakeReduceTensor, RecordingLLM, cuda_typed
+
+WEIGHTS = [("model.layers.0.mlp.up_proj.weight", torch.arange(6.0).reshape(2, 3)),
+           ("model.layers.1.mlp.up_proj.weight", torch.ones(2, 2)),
+           ("lm_head.weight", torch.full((4,), 2.0))]
+
+
+def _server_module(monkeypatch):
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
+    spec = importlib.util.spec_from_file_location("fastrl_engine_server_rehearsal", engine_client.SERVER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _gpu_engine(monkeypatch, *, verify_every: int = 0, tp_workers: bool = True):
+    """A GPU client (CUDA IPC transport, sleep mode) wired to a real server around a RecordingLLM."""
+    module = _server_module(monkeypatch)
+    llm = RecordingLLM()
+    server = module.Server.__new__(module.Server)
+    server.llm, server.sleep_enabled = llm, True
+    server.asleep, server.weights_awake = False, True  # vLLM starts with weights and KV cache
+    server._maps, server.received, server.weight_version = {}, {}, 0
+    client = EngineProcessClient.__new__(EngineProcessClient)
+    client.name, client.weight_version, client.verify_every, client.verify_tolerance = "engine", 0, verify_every, 1.0
+    client.refit_metrics, client.last_group_sums = {}, {}
+    client.transport = refit_transport.make_transport(
+        refit_transport.transport_for_device(torch.device("cuda", 0)), 1)
+    replies: list = []
+
+    def call(req):
+        reply = {"ok": True, **getattr(server, f"op_{req['op']}")(req)}
+        return reply
+
+    def send(req):
+        try:
+            replies.append(call(req))
+        except Exception as err:  # noqa: BLE001 - as the server's loop reports it
+            replies.append({"ok": False, "error": f"{type(err).__name__}: {err}"})
+
+    def wait_ok(op):
+        reply = replies.pop(0)
+        if not reply.get("ok"):
+            raise EngineError(f"{client.name}: {op} failed: {reply.get('error')}")
+
+    client._send, client._wait_ok, client._call = send, wait_ok, call
+    return client, server, llm
+
+
+def _exporter(record: list):
+    """``export_hf_weights`` of a policy on a GPU: tensors on ``cuda:0`` unless asked for the CPU."""
+
+    def export(policy, *, cpu=True):
+        record.append(cpu)
+        for name, t in WEIGHTS:
+            yield name, (t.clone() if cpu else cuda_typed(t.clone()))
+
+    return export
+
+
+def _gpu_pack(monkeypatch):
+    """``pack_flat`` keeps its buffer on the tensors' (fake) device."""
+    real = refit_transport.pack_flat
+
+    def pack(bucket):
+        buffer, entries = real([(n, torch.Tensor(t)) for n, t in bucket])
+        return (cuda_typed(buffer) if bucket[0][1].device.type == "cuda" else buffer), entries
+
+    monkeypatch.setattr(refit_transport, "pack_flat", pack)
+
+
+def _actor():
+    return types.SimpleNamespace(policy=object(), policy_version=0)
+
+
+# ---- item 1: the CUDA IPC refit gets GPU tensors -------------------------------------------------
+
+
+def test_cuda_ipc_refit_exports_on_the_gpu_and_the_engine_rebuilds_cuda_handles(monkeypatch):
+    # Breakage caught: export_hf_weights(policy) with its default cpu=True on a GPU rank: the bucket
+    # is a CPU buffer, reduce_tensor gives a 3-argument CPU handle and the engine's args[6] = ...
+    # raised IndexError ("EngineError: load_weights_ipc failed") at the first refit.
+    cuda = FakeCuda(device_count=1).install(monkeypatch)
+    reduce = FakeReduceTensor()
+    monkeypatch.setattr("torch.multiprocessing.reductions.reduce_tensor", reduce)
+    _gpu_pack(monkeypatch)
+    exported: list = []
+    monkeypatch.setattr(update_phase, "export_hf_weights", _exporter(exported))
+    client, server, llm = _gpu_engine(monkeypatch)
+    update_phase.refit(client, _actor())
+    assert exported == [False]  # the export stays on the GPU for CUDA IPC
+    assert reduce.devices == ["cuda", "cuda", "cuda"]  # one handle per (1-byte) bucket, all CUDA
+    assert ("stream_synchronize",) in cuda.calls
+    for name, t in WEIGHTS:
+        assert torch.equal(llm.loaded[name], t)
+
+
+def test_the_engine_refuses_a_cpu_handle_by_name(monkeypatch):
+    # Breakage caught: an engine that indexes the handle's arguments blindly (IndexError with no
+    # hint), or a transport that hands a CPU buffer to reduce_tensor.
+    FakeCuda(device_count=1).install(monkeypatch)
+    module = _server_module(monkeypatch)
+    from torch.multiprocessing.reductions import reduce_tensor
+
+    with pytest.raises(ValueError, match="IPC handle of a CUDA tensor.*CPU buffer"):
+        module.check_cuda_handle(reduce_tensor(torch.zeros(4, dtype=torch.uint8)))
+    transport = refit_transport.CudaIpcTransport(1)
+    with pytest.raises(ValueError, match="not a GPU; export the weights on the GPU"):
+        transport.send(iter(WEIGHTS), request=lambda r: r, wait=lambda h: None)
+
+
+# ---- items 4, 5, 10: sleep level 2, wake per phase, a picklable payload ----------------------------
+
+
+def test_generating_rank_sleeps_level_2_and_refit_wakes_weights_only(monkeypatch):
+    # Breakage caught: sleep level 1 (15.4 GiB of weights copied to pinned host memory and back each
+    # step, then overwritten by the refit); a refit that wakes the KV cache too; a refit payload
+    # that is a generator, which vLLM's multiproc executor (engine TP > 1) cannot pickle.
+    from fastrl.rollout.engine import SamplingParams
+    from fastrl.training import generation
+
+    FakeCuda(device_count=1).install(monkeypatch)
+    monkeypatch.setattr("torch.multiprocessing.reductions.reduce_tensor", FakeReduceTensor())
+    _gpu_pack(monkeypatch)
+    monkeypatch.setattr(update_phase, "export_hf_weights", _exporter([]))
+    client, server, llm = _gpu_engine(monkeypatch)
+    monkeypatch.setattr(server, "op_generate", lambda req: llm.calls.append(("generate",)) or {"outputs": [], "time_s": 0.0},
+                        raising=False)
+    monkeypatch.setattr(client, "generate", lambda *a, **k: client._call({"op": "generate"}), raising=False)
+    monkeypatch.setattr(SamplingParams, "for_training", classmethod(lambda cls, ro, seed: None))
+    prompts = types.SimpleNamespace(prompt_of=lambda r: r)
+    ro = types.SimpleNamespace(seed=0)
+    for _ in range(2):  # step 1 (engine as started: awake), step 2 (after a refit)
+        generation.generate(client, prompts, [(0, "p")], 1, rollout=ro, seed=1, dp_rank=0)
+        update_phase.refit(client, _actor())
+    generation.generate(client, prompts, [(0, "p")], 1, rollout=ro, seed=1, dp_rank=0)
+    names = [n for n, _ in WEIGHTS]
+    refit_calls = [("reload_weights", [n]) for n in names]
+    assert llm.calls == [
+        ("generate",), ("sleep", 2),
+        ("wake_up", ("weights",)), *refit_calls,
+        ("wake_up", ("kv_cache",)), ("reset_prefix_cache",), ("generate",), ("sleep", 2),
+        ("wake_up", ("weights",)), *refit_calls,
+        ("wake_up", ("kv_cache",)), ("reset_prefix_cache",), ("generate",), ("sleep", 2),
+    ]
+    assert set(llm.payload_types) == {list}
+
+
+def test_refit_sums_only_on_verified_refits(monkeypatch):
+    # Breakage caught (item 10): a float64 norm of every exported tensor on every refit (on the CPU,
+    # on every rank); only the refits that the probe verifies need the per-group sums.
+    FakeCuda(device_count=1).install(monkeypatch)
+    monkeypatch.setattr("torch.multiprocessing.reductions.reduce_tensor", FakeReduceTensor())
+    _gpu_pack(monkeypatch)
+    monkeypatch.setattr(update_phase, "export_hf_weights", _exporter([]))
+    client, server, llm = _gpu_engine(monkeypatch, verify_every=3)
+    client.verify_every = 3
+    monkeypatch.setattr("fastrl.training.refit_verify.verify_refit", lambda *a, **k: {})
+    norms: list = []
+    real_norm = torch.linalg.vector_norm
+    monkeypatch.setattr(torch.linalg, "vector_norm", lambda *a, **k: norms.append(1) or real_norm(*a, **k))
+    counts = []
+    for _ in range(3):
+        before = len(norms)
+        update_phase.refit(client, _actor())
+        counts.append(len(norms) - before)
+    n = len(WEIGHTS)
+    assert counts == [2 * n, 0, 2 * n]  # trainer + engine on refits 1 and 3 (verified), none on 2
+    assert set(client.last_group_sums) == {"model.layers.0", "model.layers.1", "lm_head"}
+
+
+# ---- item 5: engines only on generating ranks -----------------------------------------------------
+
+
+class _Recorder:
+    def __init__(self, policy_dir, **kwargs):
+        self.kwargs = kwargs
+        self.tokenizer, self.pad_token_id, self.suppressed_ids = "tok", 7, [1]
+        self.verify_every, self.verify_tolerance = kwargs["verify_every"], kwargs["verify_tolerance"]
+        self.verify_due = False
+
+
+@pytest.mark.parametrize(("visible", "count"), [("0,1,2,3,4,5,6,7", 8), (None, 1)])
+def test_only_the_model_parallel_source_builds_an_engine_seeing_its_tp_groups_gpus(monkeypatch, visible, count):
+    # 32B recipe: trainer TP8 PP2, engine TP8, one node's 8 ranks per stage. Breakage caught: every
+    # rank building an engine (local ranks 1-7: physical_gpus raised ValueError, "needs GPUs 1..8");
+    # a TP8 engine that sees only its own rank's GPU under --gpus-per-task=1.
+    from fastrl.training import parts
+    from fastrl.training.engine_placement import EnginelessPeer, build_rank_engine
+    from recipes.registry import get_recipe
+
+    import fastrl.config.model as config_model
+
+    monkeypatch.setattr(config_model, "transformer_engine_available", lambda: True)
+    cfg = get_recipe("qwen25vl_32b_fastrl_grpo_geo3k_h100_bf16")
+    assert cfg.rollout.engine_tensor_parallel_size == 8
+    monkeypatch.setattr(engine_client, "EngineProcessClient", _Recorder)
+    group = 16
+    physical = [str(r % 8) for r in range(group)]
+    box: list = []
+    built = {}
+    for rank in range(group):  # ranks of one model-parallel group, the source first (as the broadcast orders them)
+        FakeCuda(device_count=count, visible=visible if visible else physical[rank]).install(monkeypatch)
+        device = torch.device("cuda", rank % 8 if count == 8 else 0)
+        monkeypatch.setattr(collectives, "model_parallel_size", lambda: group)
+        monkeypatch.setattr(collectives, "is_model_parallel_source", lambda r=rank: r == 0)
+        monkeypatch.setattr(collectives, "all_gather_objects_model_parallel",
+                            lambda mine: [("node0" if r < 8 else "node1", physical[r]) for r in range(group)])
+        monkeypatch.setattr(collectives, "broadcast_object_model_parallel",
+                            lambda obj, r=rank: box.append(obj) or obj if r == 0 else box[0])
+        built[rank] = build_rank_engine(cfg, device, lambda gpus, d=device: parts._build_engine(cfg, "/m", d, gpus))
+    assert isinstance(built[0], _Recorder)
+    assert built[0].kwargs["env"]["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
+    assert all(isinstance(built[r], EnginelessPeer) for r in range(1, group))
+    peer = built[5]
+    assert (peer.tokenizer, peer.pad_token_id, peer.export_to_cpu) == ("tok", 7, False)
+    assert peer.update_weights(iter(WEIGHTS)) == len(WEIGHTS) and peer.weight_version == 1
+    peer.sleep(), peer.wake()  # no engine: nothing to do
+
+
+# ---- item 3: the trainer gives its cached memory back before the refit ---------------------------
+
+
+def test_step_empties_the_cuda_cache_after_the_update_before_the_refit(monkeypatch):
+    # Breakage caught: no torch.cuda.empty_cache() anywhere: the trainer's caching allocator keeps
+    # the update's activation peak reserved and the engine cannot wake into it.
+    from fastrl.training import step as step_module
+
+    cuda = FakeCuda(device_count=1).install(monkeypatch)
+    order: list = cuda.calls
+    run = types.SimpleNamespace(
+        cfg=types.SimpleNamespace(), ctx=types.SimpleNamespace(device=torch.device("cuda", 0)),
+        timer=types.SimpleNamespace(phase=lambda name: _Phase(order, name)),
+    )
+
+    class _Stop(Exception):
+        pass
+
+    def fake_refit(engine, actor):
+        order.append(("refit",))
+        raise _Stop
+
+    monkeypatch.setattr(step_module, "refit", fake_refit)
+    monkeypatch.setattr(step_module, "update_policy", lambda *a, **k: order.append(("update",)) or {})
+    _run_step_tail(step_module, run, monkeypatch, _Stop)
+    assert order[-3:] == [("update",), ("empty_cache",), ("refit",)]
+    cpu = FakeCuda(device_count=0)
+    monkeypatch.setattr(torch.cuda, "empty_cache", cpu.empty_cache)
+    update_phase.release_cached_memory(torch.device("cpu"))
+    assert cpu.calls == []  # the CPU path calls nothing
+
+
+class _Phase:
+    def __init__(self, order, name):
+        self.order, self.name = order, name
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _run_step_tail(step_module, run, monkeypatch, stop):
+    """``train_step`` with every phase before the update replaced by a stand-in (the update, the
+    cache release and the refit are what is recorded)."""
+    import dataclasses
+
+    batch = types.SimpleNamespace()
+    scored = types.SimpleNamespace()
+    outcome = types.SimpleNamespace(kept_per_group={})
+    monkeypatch.setattr(step_module, "group_size", lambda cfg, ars: 2)
+    monkeypatch.setattr(step_module, "prompts_this_step", lambda ro, n: 1)
+    monkeypatch.setattr(step_module, "skipper_of", lambda cfg, ars: None)
+    monkeypatch.setattr(step_module, "generate", lambda *a, **k: None)
+    monkeypatch.setattr(step_module, "score", lambda *a, **k: (scored, {}))
+    monkeypatch.setattr(step_module, "_check_epochs", lambda *a: {})
+    monkeypatch.setattr(step_module, "dynamic_sampling", lambda s, **k: (s, {}))
+    monkeypatch.setattr(step_module, "compute_advantages", lambda s, alg, **k: (s, {}))
+    monkeypatch.setattr(step_module, "to_policy_batch", lambda *a, **k: batch)
+    monkeypatch.setattr(step_module, "sequence_multiple", lambda *a: 1)
+    monkeypatch.setattr(step_module, "prune", lambda *a, **k: (outcome, {}))
+    monkeypatch.setattr(step_module, "repartition_kept", lambda b, o: (b, {}))
+    monkeypatch.setattr(step_module, "add_log_probs", lambda b, *a, **k: run.ctx.__dict__.setdefault("lp", 1) and (b, {}))
+    monkeypatch.setattr(step_module, "check_rollout_mismatch", lambda *a, **k: None)
+    monkeypatch.setattr(step_module, "equal_micro_batches", lambda cfg: True)
+    cfg = types.SimpleNamespace(
+        rollout=types.SimpleNamespace(mismatch_tolerance=1.0), parallel=types.SimpleNamespace(micro_batch_size=1),
+        trainer=types.SimpleNamespace(epochs=1, micro_batch_tokens=0), precision=types.SimpleNamespace(mode="bf16"),
+        algorithm=types.SimpleNamespace(), pruning=types.SimpleNamespace(seed=0), logprobs_before_pruning=False,
+        mismatch_tolerance=1.0,
+    )
+    run.cfg = cfg
+    run.ctx.dp_size, run.ctx.dp_rank, run.ctx.is_logging_rank = 1, 0, True
+    run.prompts = types.SimpleNamespace(next_batch=lambda *a, **k: types.SimpleNamespace(items=[], epochs_completed=0,
+                                                                                       __len__=lambda: 0))
+    run.engine = types.SimpleNamespace(pad_token_id=0)
+    run.actor = types.SimpleNamespace(policy_version=0)
+    run.reward_health = types.SimpleNamespace(end_step=lambda *a, **k: {})
+    run.reference = None
+    run.scorer = None
+    state = types.SimpleNamespace(ars=None, sampler=types.SimpleNamespace(epochs_drawn=0.0), total_steps=3)
+    monkeypatch.setattr(step_module, "len", lambda x: 0, raising=False)
+    del dataclasses
+    with pytest.raises(stop):
+        step_module.train_step(run, state, 1)
