@@ -39,13 +39,16 @@ def test_each_dp_rank_decodes_its_share_and_all_agree_on_rank_0s_metrics():
 
 
 def test_tensor_parallel_peers_take_rank_0s_metrics():
-    # TP=2: both ranks are one DP rank and decode every question with their own engines, which
-    # disagree here (rank 1's is skewed). Breakage caught: each rank deciding "new best checkpoint"
-    # from its own engine's accuracy and then entering the collective save with another answer.
+    # TP=2: both ranks are one DP rank; only the first rank of the model-parallel group holds an
+    # engine (docs/engine.md): it decodes and grades every question and broadcasts the graded
+    # results, so the peer decodes nothing and summarizes rank 0's results (its own engine here is
+    # skewed and never asked). Breakage caught: a peer decoding with an engine of its own (on a GPU
+    # node it has none), or one taking another accuracy than rank 0 into the collective save.
     r0, r1 = run_distributed(validation_worker, 2, 11, 4, 1, 2)
-    assert r0["decoded"] == r1["decoded"] == list(range(11))
-    assert r0["accuracy"] == pytest.approx(4 / 11) and r1["accuracy"] == pytest.approx(7 / 11)
+    assert r0["decoded"] == list(range(11)) and r1["decoded"] == []
+    assert r0["accuracy"] == r1["accuracy"] == pytest.approx(4 / 11)
     assert r0["policy_accuracy"] == r1["policy_accuracy"] == pytest.approx(4 / 11)
+    assert r0["stop_checks"] == r1["stop_checks"]
 
 
 def test_one_rank_is_the_unsplit_validation():
