@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -50,8 +49,8 @@ def test_table_covers_every_signal_and_launcher():
     # Catches a table that drops a row (the table is the source of the parametrized cases below).
     rows = table_rows()
     launchers = {"mpirun -n 2", "srun --mpi=pmix -n 2", "torchrun --nproc-per-node=2"}
-    launchers |= {f"slurm/graceful_launch.sh {l}" for l in launchers if not l.startswith("torchrun")}
-    assert {(s, l) for s, l, _ in rows} == {(s, l) for s in ("USR1", "TERM", "INT") for l in launchers}
+    launchers |= {f"slurm/graceful_launch.sh {name}" for name in launchers if not name.startswith("torchrun")}
+    assert {(s, name) for s, name, _ in rows} == {(s, name) for s in ("USR1", "TERM", "INT") for name in launchers}
     # the promise of the wrapper: TERM and INT do what USR1 does
     for sig, launcher, outcome in rows:
         if launcher.startswith("slurm/graceful_launch.sh"):
