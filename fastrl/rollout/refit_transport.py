@@ -23,7 +23,8 @@ and returns a handle, ``wait(handle)`` waits for its reply), ``replay_requests()
 that reload the current weights into a restarted engine, ``replayable`` says whether there are
 any, ``export_to_cpu`` where the trainer's weight export must put its tensors (the CPU for shared
 memory, the GPU for CUDA IPC: :func:`export_to_cpu`), and ``record_sums`` whether the engine records
-the per-tensor sums of squares of this refit (only refits that are verified need them). An engine on its own GPUs (a NCCL broadcast group) is not implemented (docs/engine.md).
+the per-tensor sums of squares of this refit (only refits that are verified need them). An engine
+on its own GPUs (a NCCL broadcast group) is not implemented (docs/engine.md).
 
 Frozen tensors (``model.freeze_vision_tower``) go to their own buckets, sent on the first refit only
 (:attr:`SharedMemoryTransport.skip_after_first`).

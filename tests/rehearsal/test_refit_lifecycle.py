@@ -207,11 +207,10 @@ def test_only_the_model_parallel_source_builds_an_engine_seeing_its_tp_groups_gp
     # 32B recipe: trainer TP8 PP2, engine TP8, one node's 8 ranks per stage. Breakage caught: every
     # rank building an engine (local ranks 1-7: physical_gpus raised ValueError, "needs GPUs 1..8");
     # a TP8 engine that sees only its own rank's GPU under --gpus-per-task=1.
+    import fastrl.config.model as config_model
     from fastrl.training import parts
     from fastrl.training.engine_placement import EnginelessPeer, build_rank_engine
     from recipes.registry import get_recipe
-
-    import fastrl.config.model as config_model
 
     monkeypatch.setattr(config_model, "transformer_engine_available", lambda: True)
     cfg = get_recipe("qwen25vl_32b_fastrl_grpo_geo3k_h100_bf16")
