@@ -8,9 +8,10 @@ some of them and not others (docs/results.md, "A real pretrained model"), which 
 in most groups.
 
 Data (embedded, ``recipes/data/word_arith_{train,val,test}.jsonl``; ``python -m recipes.word_arith``
-rewrites them identically): :func:`problems` draws every split from one seeded stream, and a
-problem (its kind and numbers, hence its text and answer) appears in one split only. Train 4,000,
-validation 500, test 500.
+rewrites them identically): :func:`split_records` draws each kind's distinct problems from a seeded
+stream and cuts them into the splits in proportion, so every split has the same mix of kinds and
+a problem (its kind and numbers) appears in one split only. Train about 2,000, validation and test
+about 500 each (rounded per kind).
 
 Prompt (template ``word_arith`` in ``recipes/templates/``): the story, then the instruction to end
 with ``The answer is N.``
@@ -35,7 +36,7 @@ from typing import Callable, Literal, NamedTuple
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 SEED = 31
-SPLITS = {"train": 4000, "val": 500, "test": 500}
+SPLITS = {"train": 2000, "val": 500, "test": 500}
 
 NAMES = ("Mia", "Tom", "Anna", "Ben", "Lily", "Sam", "Zoe", "Max", "Emma", "Leo", "Nora", "Jack", "Ava", "Noah",
          "Ella", "Luke")
@@ -61,18 +62,18 @@ def _he(name: str) -> str:
 
 
 def _add(r: random.Random, n: str, it: str) -> tuple[tuple[int, ...], str, int]:
-    a, b = r.randint(2, 20), r.randint(2, 20)
+    a, b = r.randint(2, 30), r.randint(2, 30)
     return (a, b), f"{n} has {a} {it}. {_he(n)} gets {b} more {it}. How many {it} does {n} have now?", a + b
 
 
 def _sub(r, n, it):
-    a = r.randint(8, 30)
+    a = r.randint(8, 50)
     b = r.randint(2, a - 2)
     return (a, b), f"{n} has {a} {it}. {_he(n)} gives {b} {it} to a friend. How many {it} does {n} have left?", a - b
 
 
 def _mul(r, n, it):
-    a, b, box = r.randint(2, 9), r.randint(2, 9), r.choice(CONTAINERS)
+    a, b, box = r.randint(2, 12), r.randint(2, 25), r.choice(CONTAINERS)
     return (a, b), f"{n} has {a} {box} with {b} {it} in each. How many {it} does {n} have?", a * b
 
 
@@ -103,11 +104,12 @@ def _add_sub_add(r, n, it):
                           f"and then finds {d} more. How many {it} does {n} have now?"), a + b - c + d
 
 
-#: kind -> (steps, generator, weight in the mix)
+#: kind -> (steps, generator, weight in the mix); one-step problems weigh most (the 135M model solves
+#: almost no multi-step ones: 2.5% on 200 of them, docs/results.md)
 KINDS: dict[str, tuple[int, Callable, int]] = {
-    "add": (1, _add, 2),
-    "sub": (1, _sub, 2),
-    "mul": (1, _mul, 2),
+    "add": (1, _add, 3),
+    "sub": (1, _sub, 3),
+    "mul": (1, _mul, 1),
     "add_add": (2, _add_add, 2),
     "add_sub": (2, _add_sub, 2),
     "mul_add": (2, _mul_add, 1),
@@ -115,33 +117,48 @@ KINDS: dict[str, tuple[int, Callable, int]] = {
 }
 
 
-def problems(count: int, seed: int = SEED) -> list[Problem]:
-    """``count`` distinct problems (by kind and numbers) drawn with ``seed``, kinds in :data:`KINDS`'s mix."""
-    r = random.Random(seed)
-    kinds = [k for k, (_, _, w) in KINDS.items() for _ in range(w)]
+def kind_problems(kind: str, count: int, seed: int = SEED) -> list[Problem]:
+    """``count`` distinct problems (by numbers) of one kind, drawn with ``seed``."""
+    steps, make, _ = KINDS[kind]
+    r = random.Random(f"{seed}-{kind}")
     seen: set[tuple] = set()
     out: list[Problem] = []
     while len(out) < count:
-        kind = r.choice(kinds)
-        steps, make, _ = KINDS[kind]
         name, item = r.choice(NAMES), r.choice(ITEMS)
         numbers, text, answer = make(r, name, item)
-        if (kind, numbers) in seen:
+        if numbers in seen:
             continue
-        seen.add((kind, numbers))
+        seen.add(numbers)
         out.append(Problem(kind, steps, numbers, text, answer))
     return out
 
 
+def problems(count: int, seed: int = SEED) -> list[Problem]:
+    """``count`` problems in :data:`KINDS`'s mix (per kind its weight's share, distinct numbers within
+    a kind), shuffled with ``seed``."""
+    total = sum(w for _, _, w in KINDS.values())
+    out = [p for kind, (_, _, w) in KINDS.items() for p in kind_problems(kind, round(count * w / total), seed)]
+    random.Random(seed).shuffle(out)
+    return out
+
+
 def split_records(seed: int = SEED) -> dict[str, list[dict]]:
-    """The train / val / test records: consecutive slices of one stream of distinct problems
-    (:data:`SPLITS` sizes), so no (kind, numbers) is in two splits."""
-    stream = problems(sum(SPLITS.values()), seed)
-    out, start = {}, 0
-    for split, size in SPLITS.items():
-        out[split] = [{"problem": p.text, "answer": str(p.answer), "kind": p.kind, "steps": p.steps}
-                      for p in stream[start:start + size]]
-        start += size
+    """The train / val / test records, stratified by kind: each kind's distinct problems are cut into
+    the three splits in :data:`SPLITS` proportions, so every split has the same mix and no (kind,
+    numbers) is in two splits."""
+    total = sum(w for _, _, w in KINDS.values())
+    parts: dict[str, list[Problem]] = {split: [] for split in SPLITS}
+    for kind, (_, _, w) in KINDS.items():
+        sizes = {split: round(size * w / total) for split, size in SPLITS.items()}
+        pool = kind_problems(kind, sum(sizes.values()), seed)
+        start = 0
+        for split, size in sizes.items():
+            parts[split] += pool[start:start + size]
+            start += size
+    out = {}
+    for i, (split, rows) in enumerate(parts.items()):
+        random.Random(seed + i).shuffle(rows)
+        out[split] = [{"problem": p.text, "answer": str(p.answer), "kind": p.kind, "steps": p.steps} for p in rows]
     return out
 
 
