@@ -20,14 +20,12 @@ import os
 import re
 from pathlib import Path
 
+from fastrl.models.errors import ModelNotAvailableError
+
 __all__ = ["ModelNotAvailableError", "download_command", "hub_cache_dir", "hub_offline", "is_hub_id", "resolve_model_dir"]
 
 #: ``org/name`` as the hub spells repository ids (no scheme, no further slashes).
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
-
-
-class ModelNotAvailableError(FileNotFoundError):
-    """``model.hf_path`` is neither a local directory nor a hub id whose snapshot can be had."""
 
 
 def is_hub_id(text: str) -> bool:

@@ -49,7 +49,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from fastrl.models.hub import ModelNotAvailableError
+from fastrl.models.errors import ModelNotAvailableError
 
 logger = logging.getLogger(__name__)
 
