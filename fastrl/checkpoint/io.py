@@ -183,6 +183,12 @@ class CheckpointIO:
         if optimizer is not None:
             ensure_optimizer_state(optimizer)
         loaded = load_actor(actor.policy.chunks, optimizer, path / ACTOR_DIR, optimizer_format=optimizer_format)
+        if optimizer is None and actor.optimizer is not None:
+            # bf16 / fp8: the optimizer's fp32 main weights still hold the weights it was built from;
+            # without this the first step would copy them over the loaded ones (megatron's own
+            # load_checkpoint does the same when it skips the optimizer; a no-op in fp32)
+            with torch.no_grad():
+                actor.optimizer.reload_model_params()
         if optimizer is not None:
             with torch.no_grad(), torch_adam_step_tolerated(optimizer):
                 optimizer.load_state_dict(loaded["optimizer"])

@@ -199,6 +199,8 @@ class Server:
             self.llm.wake_up(tags=["weights"])
             self.weights_awake = True
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": views})
+        if any("embed_tokens" in name for name, _ in views):
+            self.llm.collective_rpc(repack_output_layer)
         if not self.asleep:
             self.llm.reset_prefix_cache()
         if norms is not None:
@@ -265,16 +267,49 @@ class Server:
         return {}
 
     def op_wake(self, req: dict) -> dict:
-        """The KV cache back (after a refit: the weights are awake already); weights too otherwise."""
+        """The KV cache back; the weights must be awake already (loaded by a refit after the last
+        level-2 sleep, which discarded them).
+
+        Raises:
+            RuntimeError: a wake after a level-2 sleep with no refit since: generation would run on
+                weights vLLM reallocated but never filled.
+        """
         if self.sleep_enabled and self.asleep:
-            self.llm.wake_up(tags=["kv_cache"] if self.weights_awake else None)
-            self.asleep, self.weights_awake = False, True
+            if not self.weights_awake:
+                raise RuntimeError(
+                    "wake without a refit since the last sleep: sleep level 2 discarded the engine's weights, "
+                    "and generating now would use uninitialized weights; the trainer refits before it wakes "
+                    "the engine (a wake between two generation rounds of one step must not follow a sleep)"
+                )
+            self.llm.wake_up(tags=["kv_cache"])
+            self.asleep = False
             self.llm.reset_prefix_cache()
         return {}
 
     def op_reset_prefix_cache(self, req: dict) -> dict:
         self.llm.reset_prefix_cache()
         return {}
+
+
+def repack_output_layer(worker) -> bool:
+    """Run in each vLLM worker after a reload that carried the input embedding: the output layer's
+    quantization method processes its weight again (``process_weights_after_loading``).
+
+    vLLM's CPU backend packs every GEMM weight once after loading (``dispatch_cpu_unquantized_gemm``),
+    the output layer's too. With tied embeddings (SmolLM2, Qwen2.5-VL-3B) the output layer shares the
+    input embedding's weight, which ``reload_weights`` updates in place, but its packed copy is not
+    rebuilt: every refit left the engine sampling through the first weights' output layer (measured
+    on SmolLM2-135M: after a 5% change of the embedding the engine's log-probs matched the old output
+    layer to 2e-4 and the tied new one only to 1.06). On GPUs the method does nothing. Returns
+    whether the model has an output layer with such a method.
+    """
+    model = worker.model_runner.get_model()
+    head = getattr(model, "lm_head", None)
+    method = getattr(head, "quant_method", None)
+    if head is None or method is None or not hasattr(method, "process_weights_after_loading"):
+        return False
+    method.process_weights_after_loading(head)
+    return True
 
 
 def check_cuda_handle(handle) -> tuple:

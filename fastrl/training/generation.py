@@ -32,7 +32,10 @@ def generate(
     rollout: RolloutConfig, seed: int, dp_rank: int, weight_version: int | None = None,
 ) -> Rollouts:
     """``n`` responses to each prompt of ``items``, sampled with a seed derived from
-    ``(rollout.seed, seed, dp_rank)``; the engine is woken for the call and put back to sleep.
+    ``(rollout.seed, seed, dp_rank)``; the engine is woken for the call (a no-op when it is awake)
+    and stays awake: the step puts it to sleep after its last generation round
+    (:func:`sleep_engine`), since a level-2 sleep discards the weights, which only the next refit
+    brings back (DAPO's extra rounds generate again before any refit).
     ``weight_version`` (the trainer's policy version, ``actor.policy_version``) goes with the
     request: an engine holding older weights raises
     :class:`~fastrl.rollout.engine.StaleWeightsError`.
@@ -53,14 +56,20 @@ def generate(
             result = engine.generate(chosen, n, sampling, weight_version=weight_version)
         except Exception as err:  # noqa: BLE001 - re-raised below, after the peers have heard of it
             result = err
-        finally:
-            engine.sleep()
     if collectives.model_parallel_size() > 1:
         result = _share_with_peers(result, chosen)
     if isinstance(result, BaseException):
         raise result
     assert result is not None
     return result
+
+
+def sleep_engine(engine: RolloutEngine) -> None:
+    """After the step's last generation round: the engine (on the model-parallel source rank; the
+    peers hold none) releases its GPU memory for the training phases (vLLM sleep level 2 on a GPU
+    with ``rollout.sleep_between_steps``; a no-op otherwise). The next refit brings its weights back."""
+    if collectives.is_model_parallel_source():
+        engine.sleep()
 
 
 def _share_with_peers(result: Rollouts | BaseException | None, chosen: list[RolloutPrompt]) -> Rollouts | BaseException:

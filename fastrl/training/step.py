@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from fastrl.batch import PolicyBatch
 from fastrl.checkpoint.train_state import TrainState
 from fastrl.data import ResumableSampler
-from fastrl.training.generation import generate, group_size, prompts_this_step
+from fastrl.training.generation import generate, group_size, prompts_this_step, sleep_engine
 from fastrl.training.geometry import equal_micro_batches
 from fastrl.training.parts import RunParts
 from fastrl.training.prompt_skip import record_rewards, skip_prompts, skipper_of
@@ -105,6 +105,7 @@ def train_step(run: RunParts, state: TrainState, step: int) -> StepOutput:
     m.update(metrics)
     scored, metrics = dynamic_sampling(scored, alg=cfg.algorithm, step=step, more=extra_round)  # DAPO filter (+ rounds)
     m.update(metrics)
+    sleep_engine(run.engine)                                                 # generation done: free the GPU
     m.update(run.reward_health.end_step(step, final=step >= state.total_steps))  # invalid rewards: stop?
     mbs = cfg.parallel.micro_batch_size
     lp_tokens = 0 if equal_micro_batches(cfg) else cfg.trainer.micro_batch_tokens  # token-budget old/ref passes

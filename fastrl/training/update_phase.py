@@ -168,19 +168,26 @@ def _verify(engine: Any, actor: "Actor") -> Metrics:
     if collectives.model_parallel_size() == 1:
         return verify_refit(engine, trainer, tolerance=engine.verify_tolerance)
     source = collectives.is_model_parallel_source()
-    probe = None
+    probe: Any = None
     if source:
-        probe = getattr(engine, "_refit_probe", None) or make_probe(engine.tokenizer, getattr(engine, "suppressed_ids", ()))
-        engine._refit_probe = probe
+        try:
+            probe = getattr(engine, "_refit_probe", None) or make_probe(engine.tokenizer, getattr(engine, "suppressed_ids", ()))
+            engine._refit_probe = probe
+        except Exception as err:  # noqa: BLE001 - the peers raise it too, instead of waiting for a probe
+            probe = err
     probe = collectives.broadcast_object_model_parallel(probe)
+    if isinstance(probe, BaseException):
+        raise probe
+    # Every rank runs the actor's forward pass (its TP / PP collectives) before the source asks the
+    # engine, so an engine error cannot leave the peers waiting inside the forward pass.
+    trainer_lp = trainer(probe)
     if not source:
-        trainer(probe)
         outcome = collectives.broadcast_object_model_parallel(None)
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome
     try:
-        outcome: Any = verify_refit(engine, trainer, tolerance=engine.verify_tolerance, probe=probe)
+        outcome: Any = verify_refit(engine, lambda _probe: trainer_lp, tolerance=engine.verify_tolerance, probe=probe)
     except Exception as err:  # noqa: BLE001 - the peers raise it too
         collectives.broadcast_object_model_parallel(err)
         raise

@@ -13,7 +13,8 @@ every rank summarizes the same full list. Within a DP rank's model-parallel grou
 rank holds an engine: it decodes and grades, and broadcasts the graded results to its peers
 (as training generation does). The metrics, and the best-checkpoint decision the loop takes from
 them, are rank 0's on every rank (:func:`validate_policy` broadcasts them). The engine is woken
-for the validation (KV cache; weights after a refit are awake) and put back to sleep after it.
+for the validation (KV cache; weights after a refit are awake) and left awake: a level-2 sleep
+would discard its weights before the next step's generation, with no refit in between.
 """
 
 from __future__ import annotations
@@ -199,13 +200,10 @@ def validate_policy(run: "RunParts", should_stop: Callable[[], bool] | None = No
     cfg = run.cfg
     sampling = SamplingParams.for_validation(cfg.rollout, seed=derive_seed(cfg.rollout.seed, 10**9))
     prompts = [run.prompts.prompt_of(r) for r in run.val]
-    run.engine.wake()
-    try:
-        metrics = validate(
-            run.engine, prompts, run.val, run.scorer, sampling, n=cfg.rollout.val_n,
-            threshold=cfg.reward.accuracy_threshold, should_stop=should_stop,
-            weight_version=run.actor.policy_version, dp_rank=run.ctx.dp_rank, dp_size=run.ctx.dp_size,
-        )
-    finally:
-        run.engine.sleep()
+    run.engine.wake()  # and it stays awake: a level-2 sleep would discard the weights before the next generation
+    metrics = validate(
+        run.engine, prompts, run.val, run.scorer, sampling, n=cfg.rollout.val_n,
+        threshold=cfg.reward.accuracy_threshold, should_stop=should_stop,
+        weight_version=run.actor.policy_version, dp_rank=run.ctx.dp_rank, dp_size=run.ctx.dp_size,
+    )
     return world.broadcast_object(metrics)

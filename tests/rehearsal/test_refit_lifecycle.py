@@ -154,8 +154,12 @@ def test_generating_rank_sleeps_level_2_and_refit_wakes_weights_only(monkeypatch
     ro = types.SimpleNamespace(seed=0)
     for _ in range(2):  # step 1 (engine as started: awake), step 2 (after a refit)
         generation.generate(client, prompts, [(0, "p")], 1, rollout=ro, seed=1, dp_rank=0)
+        generation.sleep_engine(client)  # what the step does after its last generation round
         update_phase.refit(client, _actor())
+    # step 3 with one DAPO extra round: both rounds generate before the one sleep of the step
     generation.generate(client, prompts, [(0, "p")], 1, rollout=ro, seed=1, dp_rank=0)
+    generation.generate(client, prompts, [(0, "p")], 1, rollout=ro, seed=1, dp_rank=0)
+    generation.sleep_engine(client)
     names = [n for n, _ in WEIGHTS]
     refit_calls = [("reload_weights", [n]) for n in names]
     assert llm.calls == [
@@ -163,9 +167,22 @@ def test_generating_rank_sleeps_level_2_and_refit_wakes_weights_only(monkeypatch
         ("wake_up", ("weights",)), *refit_calls,
         ("wake_up", ("kv_cache",)), ("reset_prefix_cache",), ("generate",), ("sleep", 2),
         ("wake_up", ("weights",)), *refit_calls,
-        ("wake_up", ("kv_cache",)), ("reset_prefix_cache",), ("generate",), ("sleep", 2),
+        ("wake_up", ("kv_cache",)), ("reset_prefix_cache",), ("generate",), ("generate",), ("sleep", 2),
     ]
     assert set(llm.payload_types) == {list}
+
+
+def test_a_wake_after_a_level_2_sleep_without_a_refit_is_refused(monkeypatch):
+    # Level 2 discards the weights; vLLM's wake_up reallocates them but fills nothing. Breakage
+    # caught: a generation round that sleeps after itself (DAPO's extra round then woke into empty
+    # weights), a validation that sleeps before the next step's generation, or a server that wakes
+    # everything silently.
+    FakeCuda(device_count=1).install(monkeypatch)
+    client, server, llm = _gpu_engine(monkeypatch)
+    client._call({"op": "sleep"})
+    with pytest.raises(RuntimeError, match="wake without a refit since the last sleep"):
+        client._call({"op": "wake"})
+    assert llm.calls == [("sleep", 2)]  # nothing was woken
 
 
 def test_refit_sums_only_on_verified_refits(monkeypatch):
@@ -294,6 +311,7 @@ def _run_step_tail(step_module, run, monkeypatch, stop):
     monkeypatch.setattr(step_module, "prompts_this_step", lambda ro, n: 1)
     monkeypatch.setattr(step_module, "skipper_of", lambda cfg, ars: None)
     monkeypatch.setattr(step_module, "generate", lambda *a, **k: None)
+    monkeypatch.setattr(step_module, "sleep_engine", lambda engine: None)
     monkeypatch.setattr(step_module, "score", lambda *a, **k: (scored, {}))
     monkeypatch.setattr(step_module, "_check_epochs", lambda *a: {})
     monkeypatch.setattr(step_module, "dynamic_sampling", lambda s, **k: (s, {}))

@@ -8,6 +8,11 @@ engine and verifies every refit against the actor, scores with the word-problem 
 the policy. Checked per step: the refit carried the whole model and the probe and sampled-token
 log-probs of engine and actor agree (fp32), rewards are valid numbers, and the update ran.
 
+Breakage caught (seen): the engine's output layer left stale by a refit. SmolLM2 ties its output
+layer to the input embedding, and vLLM's CPU backend packs that layer's weight once at load; before
+``engine_server.repack_output_layer`` every refit left it at the first weights, and step 2 stopped
+with RolloutMismatchError (sampled-token mismatch 1.4e-4 after 7.4e-6 at step 1; probe 6.2e-5).
+
 Time: 6.5 minutes on 2 loaded cores (2026-12-03: engine start, then steps of 152 s and 45 s: a
 135M-parameter fp32 actor, its reference model and 538 MB refits); measured sampled-token mismatch
 8.5e-6 and probe mismatch 9.6e-6 (fp32 bound 1e-4).
