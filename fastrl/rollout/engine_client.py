@@ -636,7 +636,9 @@ def engine_client_from_config(
         policy_dir, python=ro.engine_python, seed=ro.seed, suppress_special_tokens=ro.suppress_special_tokens,
         timeout_s=ro.engine_timeout_s, startup_timeout_s=ro.engine_startup_timeout_s, restart_retries=ro.engine_restart_retries,
         bucket_bytes=int(ro.refit_bucket_mb * 2**20),
-        skip_after_first=frozen_vision_weight if cfg.model.freeze_vision_tower else None,
+        # frozen weights are sent once, unless a level-2 sleep discards them between refits (GPU)
+        skip_after_first=frozen_vision_weight if cfg.model.freeze_vision_tower and not (
+            dev.type == "cuda" and ro.sleep_between_steps) else None,
         name=f"vllm engine process of rank pid {os.getpid()}", llm_kwargs=llm_kwargs, env=env,
         verify_every=ro.verify_refit_every, verify_tolerance=cfg.verify_refit_tolerance,
         transport=transport_for_device(dev), min_pixels=cfg.data.min_pixels, max_pixels=cfg.data.max_pixels,

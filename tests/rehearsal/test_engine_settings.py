@@ -46,3 +46,18 @@ def test_fp32_keeps_its_tight_bound_and_a_number_is_taken_as_given():
     cfg = get_recipe("easyvqa_tiny_fastrl_grpo_cpu")
     assert cfg.verify_refit_tolerance == 1e-3
     assert apply_overrides(cfg, ["rollout.verify_refit_tolerance=2e-2"]).verify_refit_tolerance == 2e-2
+
+
+def test_frozen_vision_weights_are_sent_every_refit_when_the_engine_sleeps_at_level_2(monkeypatch):
+    # Level 2 discards every weight between steps. Breakage caught: the frozen vision tower sent on
+    # the first refit only, then lost at the first sleep (the text-only probe does not see it).
+    from fastrl.cli import apply_overrides
+
+    FakeCuda(device_count=8, visible="0,1,2,3,4,5,6,7").install(monkeypatch)
+    monkeypatch.setattr(engine_client, "EngineProcessClient", _Recorder)
+    cfg = apply_overrides(get_recipe("qwen25vl_7b_fastrl_grpo_geo3k_h100_bf16"), ["model.freeze_vision_tower=true"])
+    sleeping = engine_client.engine_client_from_config(cfg, "/models/qwen", torch.device("cuda", 0))
+    assert sleeping.kwargs["skip_after_first"] is None
+    awake = engine_client.engine_client_from_config(
+        apply_overrides(cfg, ["rollout.sleep_between_steps=false"]), "/models/qwen", torch.device("cuda", 0))
+    assert awake.kwargs["skip_after_first"] is engine_client.frozen_vision_weight
