@@ -147,13 +147,21 @@ def run_loop(run: RunParts, state: TrainState, stop: "StopRequest") -> dict[str,
 
     io = CheckpointIO(cfg, ctx, run_dir=run.run_dir, phase=run.timer.phase)
     resumed = resume(run, state, io)
-    if ctx.is_logging_rank and not cfg.trainer.val_only:
-        moved, superseded = supersede_records_after(run.run_dir / "metrics.jsonl", state.step)
-        if moved:
-            logger.info(
-                "metrics.jsonl: %d record(s) after step %d, which this run trains again, moved to %s",
-                moved, state.step, superseded,
-            )
+    if not cfg.trainer.val_only:
+        failed: Exception | None = None
+        if ctx.is_logging_rank:
+            try:
+                moved, superseded = supersede_records_after(run.run_dir / "metrics.jsonl", state.step)
+                if moved:
+                    logger.info(
+                        "metrics.jsonl: %d record(s) after step %d, which this run trains again, moved to %s",
+                        moved, state.step, superseded,
+                    )
+            except (OSError, ValueError) as err:
+                failed = err
+        failed = world.broadcast_object(failed)  # every rank stops, none waits in a collective
+        if failed is not None:
+            raise failed
     log = MetricsLogger(
         run.run_dir, tensorboard=cfg.logging.tensorboard, wandb_project=cfg.logging.wandb_project,
         run_name=cfg.logging.run_name or cfg.recipe, config=cfg.to_dict(), enabled=ctx.is_logging_rank,
