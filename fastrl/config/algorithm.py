@@ -121,7 +121,7 @@ class RolloutConfig:
         _check(self.engine_startup_timeout_s > 0, f"rollout.engine_startup_timeout_s must be > 0, got {self.engine_startup_timeout_s}")
         _check(self.engine_restart_retries >= 0, f"rollout.engine_restart_retries must be >= 0, got {self.engine_restart_retries}")
         _check(self.engine_kv_cache_mb >= 1, f"rollout.engine_kv_cache_mb must be >= 1, got {self.engine_kv_cache_mb}")
-        _check(self.engine_threads >= 0, f"rollout.engine_threads must be >= 0, got {self.engine_threads}")
+        _check(0 <= self.engine_threads <= 4096, f"rollout.engine_threads must be in [0, 4096], got {self.engine_threads}")
         _check(self.refit_bucket_mb > 0, f"rollout.refit_bucket_mb must be > 0, got {self.refit_bucket_mb}")
         _check(self.verify_refit_every >= 0, f"rollout.verify_refit_every must be >= 0, got {self.verify_refit_every}")
         _check(

@@ -218,7 +218,7 @@ class TrainerConfig:
         _check(self.micro_batch_tokens >= 0, f"trainer.micro_batch_tokens must be >= 0, got {self.micro_batch_tokens}")
         _check(self.val_every >= 0, f"trainer.val_every must be >= 0, got {self.val_every}")
         _check_seed(self.seed, "trainer.seed")
-        _check(self.torch_threads >= 1, f"trainer.torch_threads must be >= 1, got {self.torch_threads}")
+        _check(1 <= self.torch_threads <= 4096, f"trainer.torch_threads must be in [1, 4096], got {self.torch_threads}")
 
 
 @dataclass(kw_only=True, frozen=True)

@@ -29,6 +29,7 @@ def test_choices_are_literals():
     hints = typing.get_type_hints(cfg.PruningConfig)
     assert typing.get_args(hints["method"]) == (
         "none", "fastrl", "fastrl_unbiased", "cppo", "random", "advantage_only", "pods", "zero_adv_skip", "greso",
+        "matched_random", "matched_top_abs", "matched_pods",
     )
     assert typing.get_args(hints["refill_to"]) == ("free", "mini_batch")
     assert typing.get_args(typing.get_type_hints(cfg.PrecisionConfig)["fp8_recipe"]) == (
@@ -169,7 +170,9 @@ _HOLES = [
     ("easyvqa_tiny_fastrl_grpo_cpu", ["model.tiny_vision_hidden_size=48"], "model.tiny_vision_hidden_size (48) must be a multiple of 32"),
     ("easyvqa_tiny_fastrl_grpo_cpu", ["model.seed=18446744073709551616"], "model.seed=18446744073709551616 must be a seed in [0, 2**32 - 1]"),
     ("easyvqa_tiny_fastrl_grpo_cpu", ["data.shuffle_seed=-1"], "data.shuffle_seed=-1 must be a seed"),
-    ("easyvqa_tiny_fastrl_grpo_cpu", ["trainer.torch_threads=0"], "trainer.torch_threads must be >= 1, got 0"),
+    ("easyvqa_tiny_fastrl_grpo_cpu", ["trainer.torch_threads=0"], "trainer.torch_threads must be in [1, 4096], got 0"),
+    # found by the config fuzz: torch.set_num_threads overflowed at start-up
+    ("easyvqa_tiny_fastrl_grpo_cpu", ["trainer.torch_threads=1180591620717411303424"], "trainer.torch_threads must be in [1, 4096]"),
     ("easyvqa_tiny_fastrl_grpo_cpu", ["algorithm.gspo_clip_low=-0.1"], "algorithm.gspo_clip_low must be in [0, 1), got -0.1"),
     ("easyvqa_tiny_dapo_cpu", ["rollout.max_response_length=4"],
      "algorithm.overlong_cache_length (8) must be <= rollout.max_response_length (4)"),
