@@ -248,3 +248,39 @@ def easyvqa_tiny_fastrl_unbiased_gspo_cpu() -> RunConfig:
     GSPO + FastRL's 2.92x at 76.7 +- 1.5% (docs/results.md): both hold GSPO's accuracy, so the
     GSPO + FastRL recipe keeps the published, unweighted MDAP."""
     return _with_fastrl(_gspo(_tiny_base("easyvqa_tiny_fastrl_unbiased_gspo_cpu")), method="fastrl_unbiased")
+
+
+# ---- MDAP's matched-ratio peers: in every group exactly as many rollouts as MDAP kept at that step,
+# chosen another way; everything else (weights, ARS, geometry) is the FastRL recipe's ----
+
+
+def _matched(name: str, rule: str, *, weighted: bool = True) -> RunConfig:
+    """``rule`` (``random``, ``top_abs``, ``pods``) with the default recipe's importance weights
+    (``weighted``) or unweighted, against FastRL as published; ARS on, as in both FastRL recipes."""
+    base = _with_fastrl(_tiny_base(name), method="fastrl_unbiased" if weighted else "fastrl")
+    return replace(base, pruning=replace(base.pruning, method=f"matched_{rule}", weighting="inverse_keep" if weighted else "none"))
+
+
+@register()
+def easyvqa_tiny_matched_random_grpo_cpu() -> RunConfig:
+    """GRPO + MDAP's kept count per group, the rollouts chosen uniformly at random, weighted members /
+    kept as the default FastRL recipe (``pruning.method=matched_random``, ``weighting=inverse_keep``)."""
+    return _matched("easyvqa_tiny_matched_random_grpo_cpu", "random")
+
+
+@register()
+def easyvqa_tiny_matched_random_unweighted_grpo_cpu() -> RunConfig:
+    """GRPO + MDAP's kept count per group chosen at random, unweighted: the peer of FastRL as published."""
+    return _matched("easyvqa_tiny_matched_random_unweighted_grpo_cpu", "random", weighted=False)
+
+
+@register()
+def easyvqa_tiny_matched_top_abs_grpo_cpu() -> RunConfig:
+    """GRPO + MDAP's kept count per group chosen by largest |advantage| (CPPO's rule), weighted."""
+    return _matched("easyvqa_tiny_matched_top_abs_grpo_cpu", "top_abs")
+
+
+@register()
+def easyvqa_tiny_matched_pods_grpo_cpu() -> RunConfig:
+    """GRPO + MDAP's kept count per group chosen by PODS's max-variance rule, weighted."""
+    return _matched("easyvqa_tiny_matched_pods_grpo_cpu", "pods")

@@ -39,12 +39,14 @@ source formats (--dataset):
       images list<binary>, metadata JSON string). Useful with --summary-only.
   easy_vqa
       The easy-vqa package data (MIT; installed from requirements.txt, no download). No --train /
-      --val: train is the package's train split (38,575 questions), val its test split (9,673).
+      --val / --test: train is the package's train split (38,575 questions), val the first 2,000
+      of its test split and test (held out: data.test_size) the other 7,673.
 
---train / --val take a file, a directory (all .parquet / .jsonl files in it, sorted) or a glob.
+--train / --val / --test take a file, a directory (all .parquet / .jsonl files in it, sorted) or a glob.
 
-output (--out DIR): DIR/train.parquet, DIR/val.parquet in the canonical format and
-DIR/summary.json. Training question ids start at 0, validation ids at 1,000,000,000 (never equal).
+output (--out DIR): DIR/train.parquet, DIR/val.parquet (and DIR/test.parquet with --test) in the
+canonical format and DIR/summary.json. Training question ids start at 0, validation ids at
+1,000,000,000, held-out test ids at 2,000,000,000 (never equal).
 
 bad rows (corrupt or missing image, empty answer, non-string problem, invalid JSON line):
 --on-bad-row error (default) stops with the file, row, column and reason; --on-bad-row skip
@@ -61,17 +63,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--dataset", required=True, choices=DATASETS, help="source format (see below)")
     parser.add_argument("--train", help="training split path (not for easy_vqa)")
     parser.add_argument("--val", help="validation split path (not for easy_vqa)")
+    parser.add_argument("--test", help="held-out test split path (not for easy_vqa; data.test_path)")
     parser.add_argument("--out", type=Path, help="output directory for the canonical files")
     parser.add_argument("--summary-only", action="store_true", help="validate and summarize, write nothing")
     parser.add_argument("--on-bad-row", choices=("error", "skip"), default="error", help="default: error")
     parser.add_argument("--cache-dir", help="easy_vqa conversion cache (default $FASTRL_CACHE_DIR or ~/.cache/fastrl)")
     parser.add_argument("--max-train", type=int, help="keep only the first N training rows")
     parser.add_argument("--max-val", type=int, help="keep only the first N validation rows")
+    parser.add_argument("--max-test", type=int, help="keep only the first N held-out test rows")
     parser.add_argument("--top-answers", type=int, default=15, help="answers listed in the distribution")
     args = parser.parse_args(argv)
     if args.dataset == "easy_vqa":
-        if args.train or args.val:
-            parser.error("--dataset easy_vqa reads the embedded package data; drop --train / --val")
+        if args.train or args.val or args.test:
+            parser.error("--dataset easy_vqa reads the embedded package data; drop --train / --val / --test")
     elif not args.train and not args.val:
         parser.error(f"--dataset {args.dataset} needs --train and/or --val")
     if not args.summary_only and args.out is None:
@@ -82,8 +86,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    splits = {"train": args.train, "val": args.val}
-    limits = {"train": args.max_train, "val": args.max_val}
+    splits = {"train": args.train, "val": args.val, "test": args.test}
+    limits = {"train": args.max_train, "val": args.max_val, "test": args.max_test}
     loaded: dict[str, LoadedData] = {}
     try:
         for split, path in splits.items():
@@ -96,11 +100,12 @@ def main(argv: list[str] | None = None) -> int:
     except DataError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if "train" in loaded and "val" in loaded:
-        common = {r.question_id for r in loaded["train"].records} & {r.question_id for r in loaded["val"].records}
-        if common:
-            print(f"error: {len(common)} question id(s) in both splits, e.g. {sorted(common)[:5]}", file=sys.stderr)
-            return 2
+    for a, b in (("train", "val"), ("train", "test"), ("val", "test")):
+        if a in loaded and b in loaded:
+            common = {r.question_id for r in loaded[a].records} & {r.question_id for r in loaded[b].records}
+            if common:
+                print(f"error: {len(common)} question id(s) in both {a} and {b}, e.g. {sorted(common)[:5]}", file=sys.stderr)
+                return 2
     summary: dict = {"dataset": args.dataset, "splits": {}}
     for split, data in loaded.items():
         split_summary = summarize(data.records, top_answers=args.top_answers)

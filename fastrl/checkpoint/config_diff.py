@@ -62,7 +62,10 @@ HARMLESS_KEYS: tuple[str, ...] = (
     "checkpoint.allow_changed",
     "checkpoint.optimizer_format",  # the loader reads the format the checkpoint was written in
     "trainer.val_every",
+    "trainer.test_every",
     "trainer.val_before_train",
+    "data.test_size",  # the held-out test split is evaluated at the end and decides nothing
+    "data.test_path",
     "trainer.val_only",
     "trainer.torch_threads",
     "reward.num_workers",

@@ -77,6 +77,11 @@ class RunConfig:
             self.adaptive_sampling.period != "stage" or self.stage.end_period_at_stage_end,
             "adaptive_sampling.period='stage' needs stage.end_period_at_stage_end=true",
         )
+        _check(
+            self.trainer.test_every == 0 or self.data.test_size > 0,
+            f"trainer.test_every={self.trainer.test_every} evaluates the held-out test split, but data.test_size is 0; "
+            "set data.test_size (the questions to evaluate)",
+        )
         mb = self.trainer.mini_batch_prompts
         _check(
             self.rollout.prompts_per_step % mb == 0,

@@ -33,6 +33,9 @@ class DataConfig:
     )
     train_path: str | None = doc(None, "Training split file (not used by easy_vqa).")
     val_path: str | None = doc(None, "Validation split file (not used by easy_vqa).")
+    test_path: str | None = doc(
+        None, "Held-out test split file (not used by easy_vqa, whose test split is its own); read only when data.test_size > 0."
+    )
     template: str = doc(
         "easy_vqa_thinking",
         "Prompt template: a name under fastrl/data/templates/ (without .jinja) or a path to a .jinja file.",
@@ -40,7 +43,17 @@ class DataConfig:
     image_size: int = doc(56, "easy_vqa: images are resized to this square size (pixels).")
     min_pixels: int = doc(56 * 56, "Qwen2.5-VL image processor: lower bound on pixels per image.")
     max_pixels: int = doc(1024 * 28 * 28, "Qwen2.5-VL image processor: upper bound on pixels per image.")
-    val_size: int = doc(2000, "Validation questions used (from the held-out split).")
+    val_size: int = doc(
+        2000,
+        "Validation questions used: the first N of the validation split (easy_vqa: at most its 2,000; "
+        "every choice of setting is made on these).",
+    )
+    test_size: int = doc(
+        0,
+        "Held-out test questions evaluated once, when the run completes (and by trainer.val_only): the "
+        "first N of the test split, logged as test/* (kind 'test'); 0: none. easy_vqa: up to 7,673 "
+        "questions disjoint from the validation ones; a split with fewer is an error.",
+    )
     max_train_samples: int | None = doc(None, "Use at most this many training questions.")
     on_bad_row: Literal["error", "skip"] = doc(
         "error", "A corrupt row: fail at start-up naming file, row and reason, or skip and count it."
@@ -60,6 +73,16 @@ class DataConfig:
             f"data.min_pixels ({self.min_pixels}) must be <= data.max_pixels ({self.max_pixels})",
         )
         _check(self.val_size >= 1, f"data.val_size must be >= 1, got {self.val_size}")
+        _check(
+            self.dataset != "easy_vqa" or self.val_size <= 2000,
+            f"data.val_size={self.val_size}: easy_vqa's validation split holds 2000 questions (the package's "
+            "other 7,673 test questions are the held-out test split: data.test_size)",
+        )
+        _check(self.test_size >= 0, f"data.test_size must be >= 0, got {self.test_size}")
+        _check(
+            self.test_size == 0 or self.dataset == "easy_vqa" or bool(self.test_path),
+            f"data.test_size={self.test_size} needs data.test_path (dataset {self.dataset!r})",
+        )
         _check(
             self.max_train_samples is None or self.max_train_samples >= 1,
             f"data.max_train_samples must be >= 1 or none, got {self.max_train_samples}",
@@ -195,6 +218,12 @@ class TrainerConfig:
         "parallelism or pruning.refill_to=mini_batch (both need equal micro-batches).",
     )
     val_every: int = doc(20, "Validate every K steps (0: only at the end).")
+    test_every: int = doc(
+        0,
+        "Also evaluate the held-out test split (data.test_size questions) every K steps (0: once, when "
+        "the run completes): curves that are reported, such as time to an accuracy, then come from "
+        "questions no choice looked at. Never decides a checkpoint.",
+    )
     val_before_train: bool = doc(True, "Validate the starting policy.")
     val_only: bool = doc(
         False,
@@ -217,6 +246,7 @@ class TrainerConfig:
         _check(self.mini_batch_prompts >= 1, f"trainer.mini_batch_prompts must be >= 1, got {self.mini_batch_prompts}")
         _check(self.micro_batch_tokens >= 0, f"trainer.micro_batch_tokens must be >= 0, got {self.micro_batch_tokens}")
         _check(self.val_every >= 0, f"trainer.val_every must be >= 0, got {self.val_every}")
+        _check(self.test_every >= 0, f"trainer.test_every must be >= 0, got {self.test_every}")
         _check_seed(self.seed, "trainer.seed")
         _check(1 <= self.torch_threads <= 4096, f"trainer.torch_threads must be in [1, 4096], got {self.torch_threads}")
 

@@ -15,6 +15,7 @@ from fastrl.data.loaders import (
     LoadedData,
     check_disjoint_question_ids,
     load_records,
+    load_test,
     load_train_val,
 )
 from fastrl.data.prompts import filter_long_prompts, list_templates, render_prompt, resolve_template
@@ -38,6 +39,7 @@ __all__ = [
     "filter_long_prompts",
     "list_templates",
     "load_records",
+    "load_test",
     "load_train_val",
     "render_prompt",
     "resolve_template",

@@ -15,10 +15,10 @@ Source formats (``dataset`` argument):
   and metadata come from the file.
 - ``easy_vqa``: the embedded easy-vqa package data (no path), converted to the canonical format on
   first use and cached (:mod:`fastrl.data.easy_vqa`). ``train`` is the package's train split and
-  ``val`` its test split.
+  ``val`` / ``test`` the first 2,000 / the other 7,673 questions of its test split.
 
 Question ids: ``id_offset`` + the row's position over all files of the split, where ``id_offset``
-is 0 for ``train`` and :data:`VAL_ID_OFFSET` for ``val``; so ids are stable for unchanged files and
+is 0 for ``train``, :data:`VAL_ID_OFFSET` for ``val`` and :data:`TEST_ID_OFFSET` for ``test``; so ids are stable for unchanged files and
 skipped rows do not shift the ids of others.
 
 Bad rows (corrupt or missing image, empty or missing answer, non-string problem, invalid JSON,
@@ -37,7 +37,7 @@ from typing import Literal
 
 from fastrl.data.canonical import COLUMNS as CANONICAL_COLUMNS
 from fastrl.data.canonical import parse_metadata
-from fastrl.data.record import VAL_ID_OFFSET, BadRow, DataError, LoadReport, Record
+from fastrl.data.record import TEST_ID_OFFSET, VAL_ID_OFFSET, BadRow, DataError, LoadReport, Record
 from fastrl.data.rows import expand_paths, file_columns, iter_rows
 from fastrl.data.validation import RowValidator
 
@@ -45,7 +45,7 @@ logger = logging.getLogger(__name__)
 
 DatasetName = Literal["geometry3k", "geoqa8k", "math", "easy_vqa", "canonical"]
 DATASETS: tuple[str, ...] = ("geometry3k", "geoqa8k", "math", "easy_vqa", "canonical")
-Split = Literal["train", "val"]
+Split = Literal["train", "val", "test"]
 OnBadRow = Literal["error", "skip"]
 
 _SKIP_HINT = (
@@ -67,10 +67,11 @@ class LoadedData:
 
 
 def default_id_offset(split: Split) -> int:
-    """0 for ``train``, :data:`VAL_ID_OFFSET` for ``val``."""
-    if split not in ("train", "val"):
-        raise ValueError(f"split {split!r} must be 'train' or 'val'")
-    return 0 if split == "train" else VAL_ID_OFFSET
+    """0 for ``train``, :data:`VAL_ID_OFFSET` for ``val``, :data:`TEST_ID_OFFSET` for ``test``."""
+    offsets = {"train": 0, "val": VAL_ID_OFFSET, "test": TEST_ID_OFFSET}
+    if split not in offsets:
+        raise ValueError(f"split {split!r} must be one of {tuple(offsets)}")
+    return offsets[split]
 
 
 def load_records(
@@ -88,7 +89,7 @@ def load_records(
     Args:
         dataset: source format.
         path: file, directory or glob (``None`` for ``easy_vqa``).
-        split: ``"train"`` or ``"val"`` (id offset; for easy_vqa also the package split).
+        split: ``"train"``, ``"val"`` or ``"test"`` (id offset; for easy_vqa also which questions).
         on_bad_row: ``"error"`` or ``"skip"``.
         cache_dir: easy_vqa conversion cache (default ``$FASTRL_CACHE_DIR`` or ``~/.cache/fastrl``).
         limit: keep at most this many records (the first ones, in file order).
@@ -145,13 +146,46 @@ def load_train_val(
     return train, val
 
 
-def check_disjoint_question_ids(train: Iterable[Record], val: Iterable[Record]) -> None:
-    """Raise :class:`DataError` when a question id is in both splits (naming a few of them)."""
+def load_test(
+    dataset: DatasetName,
+    test_path: str | Path | None,
+    *,
+    size: int,
+    others: Iterable[tuple[str, LoadedData]] = (),
+    on_bad_row: OnBadRow = "error",
+    cache_dir: str | Path | None = None,
+) -> LoadedData:
+    """The first ``size`` questions of the held-out test split (``test_path``; easy_vqa: its own).
+
+    Raises:
+        DataError: as :func:`load_records`; the split holds fewer than ``size`` usable questions
+            (a smaller sample than asked for would be reported as if it were the asked one); a
+            question id also in one of ``others`` (``(name, split)``: the training and validation splits).
+    """
+    if dataset != "easy_vqa" and not test_path:
+        raise DataError(f"data.test_size={size} needs data.test_path (the held-out test split of dataset {dataset!r})")
+    test = load_records(dataset, test_path, split="test", limit=size, on_bad_row=on_bad_row, cache_dir=cache_dir)
+    if len(test.records) < size:
+        where = "easy-vqa's test split" if dataset == "easy_vqa" else f"{test_path}"
+        raise DataError(
+            f"data.test_size={size} but {where} holds {len(test.records)} usable questions; "
+            f"set data.test_size to at most {len(test.records)}"
+        )
+    for name, other in others:
+        check_disjoint_question_ids(other.records, test.records, names=(name, "held-out test"))
+    return test
+
+
+def check_disjoint_question_ids(
+    train: Iterable[Record], val: Iterable[Record], *, names: tuple[str, str] = ("training", "validation")
+) -> None:
+    """Raise :class:`DataError` when a question id is in both splits (naming a few of them);
+    ``names``: the two splits' names in the message."""
     common = {r.question_id for r in train} & {r.question_id for r in val}
     if common:
         raise DataError(
-            f"{len(common)} question id(s) appear in both training and validation data, e.g. "
-            f"{sorted(common)[:5]}; give validation ids an offset (tools/prepare_data.py does)"
+            f"{len(common)} question id(s) appear in both {names[0]} and {names[1]} data, e.g. "
+            f"{sorted(common)[:5]}; give {names[1]} ids an offset (tools/prepare_data.py does)"
         )
 
 

@@ -15,6 +15,10 @@ from PIL import Image
 VAL_ID_OFFSET = 1_000_000_000
 """Validation question ids start here; training ids start at 0 (they can never collide)."""
 
+TEST_ID_OFFSET = 2_000_000_000
+"""Held-out test question ids of file datasets start here (easy-vqa's test questions keep their
+package ids, which follow the validation questions')."""
+
 
 @dataclass(frozen=True)
 class Record:

@@ -178,8 +178,9 @@ def run_loop(run: RunParts, state: TrainState, stop: "StopRequest") -> dict[str,
             _print_val(run, state.step, val)
         else:
             summary["stopped_by"] = stop.reason or "signal"
+        test = _test(run, state, log, stop, stop_due) if val is not None and run.test else None
         log.close()
-        summary.update({"step": state.step, "val_only": True, "val_end": val})
+        summary.update({"step": state.step, "val_only": True, "val_end": val, "test_end": test})
         return summary
     if _already_complete(run, state, resumed):
         summary["already_complete"] = True
@@ -231,6 +232,8 @@ def run_loop(run: RunParts, state: TrainState, stop: "StopRequest") -> dict[str,
             bar.update(1)
         if cfg.trainer.val_every and state.step % cfg.trainer.val_every == 0 and state.step < state.total_steps:
             last_val = _validate_and_track(run, state, log, io, stop, stop_due)
+        if cfg.trainer.test_every and state.step % cfg.trainer.test_every == 0 and state.step < state.total_steps:
+            _test(run, state, log, stop, stop_due)  # the final one follows the final validation
         if cfg.checkpoint.save_every and state.step % cfg.checkpoint.save_every == 0 and state.step < state.total_steps:
             if io.last_saved_step != state.step:  # a new best at this step was just saved
                 io.save(state, run.actor)
@@ -265,36 +268,58 @@ def run_loop(run: RunParts, state: TrainState, stop: "StopRequest") -> dict[str,
         summary["nothing_trained"] = True
     elif io.last_saved_step != state.step:  # the final step may just have been saved as the best
         io.save(state, run.actor)
+    test = None
+    if finished and run.test and last_val is not None:
+        # once, on the final policy, after its checkpoint is saved (a stop here loses no training)
+        test = _test(run, state, log, stop, stop_due)
+        if test is None and ctx.is_logging_rank:
+            logger.info("the held-out test evaluation was stopped; evaluate the final checkpoint with trainer.val_only=true")
     if finished and ctx.is_logging_rank:
         write_finished(run.run_dir, state.step)
     log.close()
-    summary.update({"step": state.step, "finished": finished, "val_end": last_val, "train_seconds": state.train_seconds})
+    summary.update({"step": state.step, "finished": finished, "val_end": last_val, "test_end": test,
+                    "train_seconds": state.train_seconds})
     return summary
 
 
-def _print_val(run: RunParts, step: int, val: dict[str, float]) -> None:
+def _print_val(run: RunParts, step: int, val: dict[str, float], split: str = "val") -> None:
     if run.ctx.is_logging_rank:
-        types = "  ".join(f"{k.split('/')[-1]} {v:.3f}" for k, v in sorted(val.items()) if k.startswith("val/accuracy/"))
+        p = f"{split}/"
+        types = "  ".join(f"{k.split('/')[-1]} {v:.3f}" for k, v in sorted(val.items()) if k.startswith(p + "accuracy/"))
         logger.info(
-            "validation @ step %d: accuracy %.4f (+-%.4f) format %.3f  [%s]  (%d questions, %.1f s)",
-            step, val["val/accuracy"], val["val/accuracy_stderr"], val["val/format_rate"], types,
-            int(val["val/questions"]), val["val/time_s"],
+            "%s @ step %d: accuracy %.4f (+-%.4f) format %.3f  [%s]  (%d questions, %.1f s)",
+            "validation" if split == "val" else "held-out test", step, val[p + "accuracy"],
+            val[p + "accuracy_stderr"], val[p + "format_rate"], types, int(val[p + "questions"]), val[p + "time_s"],
         )
 
 
-def _validate(run: RunParts, state: TrainState, stop: "StopRequest", should_stop) -> dict[str, float] | None:
-    """:func:`validate_policy`, or None (logged) when a stop request abandons it."""
+def _validate(
+    run: RunParts, state: TrainState, stop: "StopRequest", should_stop, split: str = "val"
+) -> dict[str, float] | None:
+    """:func:`validate_policy` on ``split``, or None (logged) when a stop request abandons it."""
     if run.ctx.is_logging_rank:
-        logger.info("validating %d questions @ step %d", len(run.val), state.step)
+        logger.info("%s: %d questions @ step %d", "validating" if split == "val" else "held-out test evaluation",
+                    len(run.val if split == "val" else run.test), state.step)
     try:
-        return validate_policy(run, should_stop=should_stop)
+        return validate_policy(run, should_stop=should_stop, split=split)
     except ValidationStopped as stopped:
         if run.ctx.is_logging_rank:
             logger.info(
-                "validation @ step %d stopped (%s) after %d of %d questions; its partial result is not logged",
-                state.step, stop.reason or "signal on another rank", stopped.done, stopped.total,
+                "%s @ step %d stopped (%s) after %d of %d questions; its partial result is not logged",
+                "validation" if split == "val" else "held-out test evaluation", state.step,
+                stop.reason or "signal on another rank", stopped.done, stopped.total,
             )
         return None
+
+
+def _test(run: RunParts, state: TrainState, log: MetricsLogger, stop: "StopRequest", should_stop) -> dict[str, float] | None:
+    """The held-out test evaluation of the current policy (``data.test_size``), logged as kind
+    ``test``; never a checkpoint decision (nothing is chosen on the test split)."""
+    test = _validate(run, state, stop, should_stop, split="test")
+    if test is not None:
+        log.log(state.step, {**test, "time/train_elapsed": state.train_seconds}, kind="test")
+        _print_val(run, state.step, test, split="test")
+    return test
 
 
 def _validate_and_track(

@@ -3,14 +3,14 @@ rollout engine, reward scorer."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from fastrl.config import RunConfig
-from fastrl.data import Record, load_train_val
+from fastrl.data import Record, load_test, load_train_val
 from fastrl.distributed.parallel_state import ParallelContext
 from fastrl.training.geometry import updates_per_step_estimate
 from fastrl.training.prompting import PromptSource
@@ -38,6 +38,7 @@ class RunParts:
         data_metrics / start_metrics: logged once at step 0 (data report, warm start).
         reward_health: invalid-reward bookkeeping (:mod:`fastrl.training.reward_health`; built
             from ``cfg.reward`` when not given).
+        test: the held-out test records (``data.test_size``; empty: no test evaluation).
     """
 
     cfg: RunConfig
@@ -54,6 +55,7 @@ class RunParts:
     data_metrics: dict[str, float]
     start_metrics: dict[str, float]
     reward_health: RewardHealth | None = None
+    test: list[Record] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.reward_health is None:
@@ -102,10 +104,15 @@ def build_parts(cfg: RunConfig, ctx: ParallelContext, run_dir: Path) -> RunParts
         d.dataset, d.train_path, d.val_path, on_bad_row=d.on_bad_row, cache_dir=d.cache_dir,
         max_train=d.max_train_samples, max_val=d.val_size,
     )
+    test_split = (
+        load_test(d.dataset, d.test_path, size=d.test_size, others=(("training", train_split), ("validation", val_split)),
+                  on_bad_row=d.on_bad_row, cache_dir=d.cache_dir)
+        if d.test_size else None
+    )
     train = list(train_split.records)
     policy_dir, start_metrics = prepare_policy_dir(cfg, rank=ctx.rank, train=train)
     _check_memory(cfg, ctx, policy_dir)
-    train, val = _filter_long_prompts(cfg, policy_dir, train_split, val_split)
+    train, val, test = _filter_long_prompts(cfg, policy_dir, train_split, val_split, test_split)
     ckpt = cfg.model.megatron_checkpoint
 
     def policy(trainable: bool):
@@ -138,16 +145,19 @@ def build_parts(cfg: RunConfig, ctx: ParallelContext, run_dir: Path) -> RunParts
         data_metrics={
             **train_split.report.as_metrics(),
             "data/val_prompts_filtered_too_long": val_split.report.prompts_filtered_too_long,
+            **({"data/test_prompts_filtered_too_long": test_split.report.prompts_filtered_too_long} if test_split else {}),
         },
-        start_metrics=start_metrics,
+        start_metrics=start_metrics, test=test,
     )
 
 
-def _filter_long_prompts(cfg: RunConfig, policy_dir: Path, train_split, val_split) -> tuple[list[Record], list[Record]]:
-    """``rollout.max_prompt_length`` at load: the training and validation records whose prompt (chat
-    template and image tokens included, with the policy's tokenizer) fits; the counts go to the
-    splits' reports (start-up metrics ``data/prompts_filtered_too_long``,
-    ``data/val_prompts_filtered_too_long``) and the log."""
+def _filter_long_prompts(
+    cfg: RunConfig, policy_dir: Path, train_split, val_split, test_split=None
+) -> tuple[list[Record], list[Record], list[Record]]:
+    """``rollout.max_prompt_length`` at load: the training, validation and test records whose prompt
+    (chat template and image tokens included, with the policy's tokenizer) fits; the counts go to
+    the splits' reports (start-up metrics ``data/prompts_filtered_too_long``,
+    ``data/val_prompts_filtered_too_long``, ``data/test_prompts_filtered_too_long``) and the log."""
     from transformers import AutoTokenizer
 
     from fastrl.data import DataError
@@ -157,12 +167,14 @@ def _filter_long_prompts(cfg: RunConfig, policy_dir: Path, train_split, val_spli
     common = dict(data=cfg.data, max_prompt_length=cfg.rollout.max_prompt_length, tokenizer=tokenizer)
     train = filter_long_prompts_at_load(train_split.records, train_split.report, what="training data", **common)
     val = filter_long_prompts_at_load(val_split.records, val_split.report, what="validation data", **common)
+    test = (filter_long_prompts_at_load(test_split.records, test_split.report, what="test data", **common)
+            if test_split is not None else [])
     if not train:
         raise DataError(
             f"every training prompt is longer than rollout.max_prompt_length={cfg.rollout.max_prompt_length} "
             "tokens (image tokens included); raise it or lower data.max_pixels"
         )
-    return train, val
+    return train, val, test
 
 
 def _build_engine(cfg: RunConfig, policy_dir: Path, device: torch.device, gpus: list[str] | None = None):

@@ -1,4 +1,5 @@
-"""Validation on the held-out split: decode, grade, and report accuracy (overall and per type).
+"""Validation on the validation split (and, once at the end, on the held-out test split): decode,
+grade, and report accuracy (overall and per type).
 
 Accuracy is the fraction of *valid* graded responses whose accuracy reaches the threshold; a
 response whose grading failed (timeout, grader error) is counted in ``val/invalid`` and left out.
@@ -191,19 +192,34 @@ def share_bounds(total: int, rank: int, size: int) -> tuple[int, int]:
     return lo, lo + base + (rank < extra)
 
 
-def validate_policy(run: "RunParts", should_stop: Callable[[], bool] | None = None) -> dict[str, float]:
-    """:func:`validate` of the run's current policy on its validation records (``rollout.val_*``
-    sampling, a fixed seed: the same questions and sampling at every validation), split over the
-    DP ranks; ``should_stop`` as there (raises :class:`ValidationStopped`). Every rank returns
-    global rank 0's metrics (a broadcast), so that every rank takes the same best-checkpoint
-    decision before the collective save."""
+def validate_policy(
+    run: "RunParts", should_stop: Callable[[], bool] | None = None, *, split: str = "val"
+) -> dict[str, float]:
+    """:func:`validate` of the run's current policy on its validation records (``split="val"``) or
+    its held-out test records (``split="test"``: the same metrics, named ``test/*`` instead of
+    ``val/*``), with ``rollout.val_*`` sampling and a fixed seed (the same questions and sampling
+    at every validation), split over the DP ranks; ``should_stop`` as there (raises
+    :class:`ValidationStopped`). Every rank returns global rank 0's metrics (a broadcast), so that
+    every rank takes the same best-checkpoint decision before the collective save.
+
+    Raises:
+        ValueError: ``split`` is neither ``"val"`` nor ``"test"``, or ``"test"`` on a run without
+            test records (``data.test_size=0``).
+    """
+    if split not in ("val", "test"):
+        raise ValueError(f"split {split!r} must be 'val' or 'test'")
+    records = run.val if split == "val" else run.test
+    if not records:
+        raise ValueError(f"no {split} records to evaluate (data.test_size is 0)")
     cfg = run.cfg
     sampling = SamplingParams.for_validation(cfg.rollout, seed=derive_seed(cfg.rollout.seed, 10**9))
-    prompts = [run.prompts.prompt_of(r) for r in run.val]
+    prompts = [run.prompts.prompt_of(r) for r in records]
     run.engine.wake()  # and it stays awake: a level-2 sleep would discard the weights before the next generation
     metrics = validate(
-        run.engine, prompts, run.val, run.scorer, sampling, n=cfg.rollout.val_n,
+        run.engine, prompts, records, run.scorer, sampling, n=cfg.rollout.val_n,
         threshold=cfg.reward.accuracy_threshold, should_stop=should_stop,
         weight_version=run.actor.policy_version, dp_rank=run.ctx.dp_rank, dp_size=run.ctx.dp_size,
     )
+    if split == "test":
+        metrics = {"test/" + k.removeprefix("val/"): v for k, v in metrics.items()}
     return world.broadcast_object(metrics)

@@ -22,7 +22,7 @@ THRESHOLDS = json.loads((Path(__file__).parent / "tiny_run_thresholds.json").rea
 
 def test_tiny_fastrl_run_metrics_within_thresholds(tmp_path):
     start = time.monotonic()
-    proc = run_train(tmp_path, "trainer.max_steps=3", COIN_REWARD)
+    proc = run_train(tmp_path, "trainer.max_steps=3", COIN_REWARD, "data.test_size=8", "trainer.test_every=2")
     wall = time.monotonic() - start
     run_dir = tmp_path / "easyvqa_tiny_fastrl_grpo_cpu"
     assert "validation accuracy:" in proc.stdout + proc.stderr
@@ -31,6 +31,12 @@ def test_tiny_fastrl_run_metrics_within_thresholds(tmp_path):
     val = [r for r in records if r["kind"] == "val"]
     assert [r["step"] for r in train] == [1, 2, 3]
     assert [r["step"] for r in val] == [0, 3]
+    # the held-out test split is evaluated every trainer.test_every=2 steps and on the final policy
+    # after its last validation (breakage caught: an evaluation skipped, repeated at the last step,
+    # or taken before the checkpoint)
+    assert [(r["kind"], r["step"]) for r in records if r["kind"] in ("val", "test")] == [
+        ("val", 0), ("test", 2), ("val", 3), ("test", 3)]
+    assert records[-1]["kind"] == "test" and records[-1]["test/questions"] == 8
     for r in train:
         for key in THRESHOLDS["required_metrics"]:
             assert key in r, key

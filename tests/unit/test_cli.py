@@ -35,11 +35,22 @@ def test_overrides_are_typed():
         ("logging.tensorboard=maybe", "is not a boolean"),
         ("rollout.temperature", "not of the form key.path=value"),
         ("rollout.n=1", "needs at least 2 responses"),
+        # a validation question past easy-vqa's 2,000 would be one of the held-out test questions
+        ("data.val_size=2001", "easy_vqa's validation split holds 2000 questions"),
+        ("data.test_size=-1", "data.test_size must be >= 0"),
+        ("trainer.test_every=10", "trainer.test_every=10 evaluates the held-out test split, but data.test_size is 0"),
     ],
 )
 def test_bad_overrides(override, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(".", r"\.")):
         apply_overrides(RunConfig(), [override])
+
+
+def test_test_split_of_a_file_dataset_needs_its_path():
+    base = apply_overrides(RunConfig(), ["data.dataset=math", "data.train_path=t.jsonl", "data.val_path=v.jsonl"])
+    with pytest.raises(ConfigError, match=r"data\.test_size=8 needs data\.test_path \(dataset 'math'\)"):
+        apply_overrides(base, ["data.test_size=8"])
+    assert apply_overrides(base, ["data.test_size=8", "data.test_path=h.jsonl"]).data.test_size == 8
 
 
 def test_main_dry_run_prints_resolved_config(capsys):

@@ -60,13 +60,17 @@ def test_long_prompts_are_filtered_at_load_and_counted(model_dir, caplog):
     train = LoadedData(records=[small[0], large[0], small[1], large[1], small[2]], report=LoadReport("t", [], 5, 5))
     val = LoadedData(records=[record(1_000_000_000, (560, 560)), record(1_000_000_001, (64, 64))],
                      report=LoadReport("v", [], 2, 2))
+    test = LoadedData(records=[record(2_000_000_000, (64, 64)), record(2_000_000_001, (560, 560))],
+                      report=LoadReport("h", [], 2, 2))
     cfg = SimpleNamespace(data=data_config(), rollout=RolloutConfig(max_prompt_length=200))
     with caplog.at_level(logging.WARNING, logger="fastrl.data.prompts"):
-        kept_train, kept_val = _filter_long_prompts(cfg, model_dir, train, val)
+        kept_train, kept_val, kept_test = _filter_long_prompts(cfg, model_dir, train, val, test)
     assert kept_train == small and [r.question_id for r in kept_val] == [1_000_000_001]
     metrics = train.report.as_metrics()
     assert metrics["data/prompts_filtered_too_long"] == 2 and metrics["data/rows_kept"] == 3
     assert val.report.prompts_filtered_too_long == 1
+    assert [r.question_id for r in kept_test] == [2_000_000_000] and test.report.prompts_filtered_too_long == 1
+    assert _filter_long_prompts(cfg, model_dir, train, val)[2] == []  # no test split asked for
     assert "filtered 2 of 5 prompt(s) longer than 200 tokens (training data)" in caplog.text
     # the same images fit under narrower pixel bounds: nothing is filtered
     narrow = SimpleNamespace(data=data_config(max_pixels=112 * 112), rollout=RolloutConfig(max_prompt_length=200))
