@@ -1,0 +1,346 @@
+#!/usr/bin/env python
+"""The key rows on several seeds, run in interleaved order, reported on the held-out test split.
+
+Every setting of these recipes (the default's importance weighting, the similarity threshold, ARS's
+period, the learning rate) was chosen on easy-vqa's validation split (its first 2,000 package test
+questions, ``fastrl/data/easy_vqa.py``). This benchmark reports only the held-out test split (the
+other 7,673 questions; :data:`TEST_QUESTIONS` of them are evaluated) and refuses to report a row on a
+split it was chosen on (:func:`check_reportable`).
+
+Per seed ``s`` (1..N) every row trains once (``python -m fastrl.train``, one run at a time, the
+seed setting the global, sampling and shuffling seeds), in the order :func:`run_order` gives:
+the rows rotated by ``2 (s - 1)`` places, so no row always runs first or last. Each run evaluates
+the test questions every :data:`TEST_EVERY` steps and on its final policy
+(``trainer.test_every``, ``data.test_size``), and writes ``bench_run.json`` next to its metrics:
+its position in the order, wall seconds of the process, CPU seconds of the process and its
+children, and the machine's load average before and after.
+
+Report (``OUT/heldout.md`` and ``.json``), per row: training-time speedup (sum of step times after
+the first, against GRPO of the same seed) and end-to-end speedup (the process's wall seconds
+without the last test evaluation, against GRPO's), held-out test accuracy (mean and sample
+standard deviation over seeds), the paired per-seed difference to GRPO with its 95% t interval,
+kept fraction, mean n, and time to accuracy: the training seconds at the first of two consecutive
+test evaluations at or above :data:`TARGET_ACCURACY` (fixed before the runs), per seed and as a
+median.
+
+    python bench/heldout.py --seeds 5                    # hours: about 95 minutes a seed
+    python bench/heldout.py --seeds 5 --report-only      # tables from the finished runs
+    python bench/heldout.py --seeds 1 --rows grpo,fastrl_grpo --steps 4 --out /tmp/h   # a smoke run
+
+A finished run with the same arguments is reused (an interrupted benchmark continues where it
+stopped); a partly trained one resumes from its checkpoint, and its end-to-end time is then left
+out (it is not one process's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.algorithms import COMMON, Entry, measure_run, run_recipe, seed_overrides  # noqa: E402
+from tools.plot_run import load  # noqa: E402
+
+#: Held-out test questions evaluated (the first of the 7,673), every TEST_EVERY steps and at the end.
+TEST_QUESTIONS = 2000
+TEST_EVERY = 10
+#: Time-to-accuracy threshold on the held-out test questions, fixed before the runs: from the
+#: validation curves of the earlier 3-seed runs (bench/results/algorithms), where the base and
+#: FastRL rows rose from about 52% to 74-78% and all but one stayed at or above 72% from step 80.
+TARGET_ACCURACY = 0.72
+#: Splits every row's settings were chosen on (none was ever chosen on the held-out test split).
+CHOSEN_ON = frozenset({"val"})
+REPORT_SPLIT = "test"
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    recipe: str
+    title: str
+
+
+ROWS = (
+    Row("grpo", "easyvqa_tiny_grpo_cpu", "GRPO"),
+    Row("fastrl_grpo", "easyvqa_tiny_fastrl_grpo_cpu", "GRPO + FastRL (default: weighted MDAP + ARS)"),
+    Row("fastrl_paper_grpo", "easyvqa_tiny_fastrl_paper_grpo_cpu", "GRPO + FastRL as published (MDAP + ARS)"),
+    Row("matched_random_grpo", "easyvqa_tiny_matched_random_grpo_cpu", "matched ratio, random (weighted)"),
+    Row("matched_random_unweighted_grpo", "easyvqa_tiny_matched_random_unweighted_grpo_cpu",
+        "matched ratio, random (unweighted)"),
+    Row("matched_top_abs_grpo", "easyvqa_tiny_matched_top_abs_grpo_cpu", "matched ratio, top-|A| (weighted)"),
+    Row("matched_pods_grpo", "easyvqa_tiny_matched_pods_grpo_cpu", "matched ratio, PODS (weighted)"),
+    Row("cppo_grpo", "easyvqa_tiny_cppo_grpo_cpu", "GRPO + CPPO (half of each group)"),
+    Row("random_grpo", "easyvqa_tiny_random_grpo_cpu", "GRPO + random 50%"),
+)
+BY_LABEL = {r.label: r for r in ROWS}
+BASE = "grpo"
+OVERRIDES = [f"data.test_size={TEST_QUESTIONS}", f"trainer.test_every={TEST_EVERY}", "trainer.val_every=0"]
+
+#: Two-sided 95% Student t quantiles, degrees of freedom 1..30 (beyond: 1.96).
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+         2.045, 2.042)
+
+
+def run_order(labels: list[str], seed: int) -> list[str]:
+    """``labels`` rotated left by ``2 (seed - 1)`` places (seed 1: as given)."""
+    k = (2 * (seed - 1)) % len(labels)
+    return labels[k:] + labels[:k]
+
+
+def check_reportable(split: str) -> None:
+    """Raise SystemExit when ``split`` is one the rows' settings were chosen on."""
+    if split in CHOSEN_ON:
+        raise SystemExit(f"heldout: refusing to report on the {split!r} split: the rows' settings were chosen on it; "
+                         f"report on {REPORT_SPLIT!r}")
+
+
+def paired_interval(diffs: list[float]) -> tuple[float, float, float]:
+    """Mean of the per-seed differences and its two-sided 95% Student t interval ``(mean, lo, hi)``
+    (NaN bounds with fewer than two seeds)."""
+    if not diffs:
+        return math.nan, math.nan, math.nan
+    mean = statistics.fmean(diffs)
+    if len(diffs) < 2:
+        return mean, math.nan, math.nan
+    t = _T975[len(diffs) - 2] if len(diffs) - 1 <= len(_T975) else 1.96
+    half = t * statistics.stdev(diffs) / math.sqrt(len(diffs))
+    return mean, mean - half, mean + half
+
+
+def time_to_accuracy(curve: list[tuple[float, float]], target: float) -> float | None:
+    """Training seconds at the first of two consecutive evaluations (``(seconds, accuracy)`` in step
+    order) both at or above ``target``; None when no two consecutive ones are (a last evaluation
+    alone is not confirmed)."""
+    for (t, a), (_, b) in zip(curve, curve[1:]):
+        if a >= target and b >= target:
+            return t
+    return None
+
+
+def measure(run_dir: Path) -> dict:
+    """:func:`bench.algorithms.measure_run` plus the held-out test curve and final accuracy, and
+    ``bench_run.json``'s process numbers.
+
+    Raises:
+        SystemExit: the run has no test evaluation of its final step.
+    """
+    out = measure_run(run_dir)
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    tests = [r for r in records if r.get("kind") == "test"]
+    train, _ = load(run_dir)
+    last_step = max(int(r["step"]) for r in train)
+    final = [r for r in tests if int(r["step"]) == last_step]
+    if not final:
+        raise SystemExit(f"heldout: {run_dir} has no held-out test evaluation of its final step {last_step}; evaluate "
+                         f"its final checkpoint with trainer.val_only=true data.test_size={TEST_QUESTIONS}")
+    out["test_accuracy"] = final[-1]["test/accuracy"]
+    out["test_questions"] = int(final[-1]["test/questions"])
+    out["test_stderr"] = final[-1]["test/accuracy_stderr"]
+    out["test_curve"] = [(float(r["time/train_elapsed"]), float(r["test/accuracy"])) for r in tests]
+    info_path = run_dir.parent / f"{run_dir.name}.bench_run.json"
+    info = json.loads(info_path.read_text()) if info_path.exists() else {}
+    out["bench_run"] = info
+    if info.get("process_seconds") and not info.get("resumed"):
+        out["end_to_end_s"] = info["process_seconds"] - final[-1]["test/time_s"]
+    return out
+
+
+def build_warm_start(seed_dir: Path, overrides: list[str], *, threads: int, timeout: float) -> None:
+    """Build the seed's cached warm start (shared by every row of the seed: the recipes differ only
+    after it) in a validation-only run of the GRPO recipe, so that no row's end-to-end time pays it."""
+    out = seed_dir / "_warm_start"
+    cmd = [sys.executable, "-m", "fastrl.train", "--recipe", BY_LABEL[BASE].recipe, *overrides, "trainer.val_only=true",
+           "data.val_size=1", "data.test_size=0", "trainer.test_every=0", f"logging.output_dir={out}",
+           f"trainer.torch_threads={threads}"]
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(threads), TOKENIZERS_PARALLELISM="false")
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "log", "w") as log:
+        proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout)
+    if proc.returncode != 0:
+        raise SystemExit(f"heldout: the warm start of {seed_dir} failed (exit {proc.returncode}); log {out / 'log'}")
+
+
+def run_one(row: Row, seed_dir: Path, overrides: list[str], *, position: int, threads: int, timeout: float) -> None:
+    """Train one row (reusing a finished run) and write ``<recipe>.bench_run.json`` beside it."""
+    resumed = (seed_dir / row.recipe / "checkpoints").exists() and not (seed_dir / row.recipe / "FINISHED").exists()
+    before = {"load_average": os.getloadavg(), "time": time.time(),
+              "cpu": resource.getrusage(resource.RUSAGE_CHILDREN)}
+    info = run_recipe(Entry(row.label, row.recipe, None, row.title), seed_dir, overrides, threads=threads, timeout=timeout)
+    if info.get("reused"):
+        return
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    record = {
+        "position": position, "started_at": before["time"], "process_seconds": info["process_seconds"],
+        "cpu_seconds": (after.ru_utime + after.ru_stime) - (before["cpu"].ru_utime + before["cpu"].ru_stime),
+        "load_average_before": list(before["load_average"]), "load_average_after": list(os.getloadavg()),
+        "cores": len(os.sched_getaffinity(0)), "threads": threads, "resumed": resumed, "commit": commit,
+    }
+    (seed_dir / f"{row.recipe}.bench_run.json").write_text(json.dumps(record, indent=1) + "\n")
+
+
+def summarize(per_seed: dict[int, dict[str, dict]], rows: list[Row]) -> list[dict]:
+    """One dict per row: numbers over the seeds where the row and GRPO both finished."""
+    check_reportable(REPORT_SPLIT)
+    out = []
+    for row in rows:
+        seeds = [s for s in sorted(per_seed) if row.label in per_seed[s] and BASE in per_seed[s]]
+        runs = [per_seed[s][row.label] for s in seeds]
+        bases = [per_seed[s][BASE] for s in seeds]
+        acc = [r["test_accuracy"] for r in runs]
+        diffs = [r["test_accuracy"] - b["test_accuracy"] for r, b in zip(runs, bases)]
+        speed = [b["train_time_s"] / r["train_time_s"] for r, b in zip(runs, bases)]
+        e2e = [b["end_to_end_s"] / r["end_to_end_s"] for r, b in zip(runs, bases) if "end_to_end_s" in r and "end_to_end_s" in b]
+        tta = [time_to_accuracy(r["test_curve"], TARGET_ACCURACY) for r in runs]
+        mean_diff, lo, hi = paired_interval(diffs)
+        out.append({
+            "label": row.label, "title": row.title, "seeds": seeds,
+            "test_accuracy": acc, "test_accuracy_mean": _mean(acc), "test_accuracy_sd": _sd(acc),
+            "diff_to_grpo": diffs, "diff_mean": mean_diff, "diff_ci95": [lo, hi],
+            "train_speedup": speed, "train_speedup_mean": _mean(speed), "train_speedup_sd": _sd(speed),
+            "e2e_speedup": e2e, "e2e_speedup_mean": _mean(e2e), "e2e_speedup_sd": _sd(e2e),
+            "time_to_accuracy_s": tta,
+            "time_to_accuracy_median_s": statistics.median([math.inf if t is None else t for t in tta]) if tta else math.nan,
+            "kept_fraction": _mean([r["kept_fraction"] for r in runs]), "mean_n": _mean([r["mean_n"] for r in runs]),
+            "test_stderr_per_run": _mean([r["test_stderr"] for r in runs]),
+        })
+    return out
+
+
+def _mean(xs: list[float]) -> float:
+    return statistics.fmean(xs) if xs else math.nan
+
+
+def _sd(xs: list[float]) -> float:
+    return statistics.stdev(xs) if len(xs) > 1 else math.nan
+
+
+def _pm(mean: float, sd: float, fmt: str, scale: float = 1.0, suffix: str = "") -> str:
+    if math.isnan(mean):
+        return "-"
+    text = format(mean * scale, fmt) + suffix
+    return text if math.isnan(sd) else f"{text} ± {format(sd * scale, fmt)}{suffix}"
+
+
+def markdown(summary: list[dict], per_seed: dict[int, dict[str, dict]], orders: dict[int, list[str]]) -> str:
+    sizes = sorted({run["test_questions"] for runs in per_seed.values() for run in runs.values()})
+    lines = [
+        "| row | seeds | train-time speedup | end-to-end speedup | held-out test accuracy (%) | "
+        "minus GRPO, paired (points) | 95% CI (points) | kept fraction | mean n | median s to "
+        f"{100 * TARGET_ACCURACY:g}% |",
+        "| --- |" + " ---: |" * 9,
+    ]
+    for r in summary:
+        if not r["seeds"]:
+            continue
+        lo, hi = r["diff_ci95"]
+        ci = "-" if r["label"] == BASE or math.isnan(lo) else f"[{100 * lo:+.2f}, {100 * hi:+.2f}]"
+        diff = "-" if r["label"] == BASE else f"{100 * r['diff_mean']:+.2f}"
+        med = r["time_to_accuracy_median_s"]
+        lines.append(
+            f"| {r['title']} | {len(r['seeds'])} | {_pm(r['train_speedup_mean'], r['train_speedup_sd'], '.2f', suffix='x')} | "
+            f"{_pm(r['e2e_speedup_mean'], r['e2e_speedup_sd'], '.2f', suffix='x')} | "
+            f"{_pm(r['test_accuracy_mean'], r['test_accuracy_sd'], '.2f', 100)} | {diff} | {ci} | "
+            f"{r['kept_fraction']:.3f} | {r['mean_n']:.2f} | {'never' if med == math.inf else f'{med:.0f}'} |"
+        )
+    seeds = sorted(per_seed)
+    per = ["| row | " + " | ".join(f"seed {s}: test %, train speedup, s to target" for s in seeds) + " |",
+           "| --- |" + " ---: |" * len(seeds)]
+    for r in summary:
+        cells = []
+        for s in seeds:
+            run, base = per_seed[s].get(r["label"]), per_seed[s].get(BASE)
+            if run is None or base is None:
+                cells.append("-")
+                continue
+            t = time_to_accuracy(run["test_curve"], TARGET_ACCURACY)
+            cells.append(f"{100 * run['test_accuracy']:.2f}, {base['train_time_s'] / run['train_time_s']:.2f}x, "
+                         + ("never" if t is None else f"{t:.0f}"))
+        per.append(f"| {r['title']} | " + " | ".join(cells) + " |")
+    order = ["| seed | order of the runs (load average 1 min before -> after each) |", "| ---: | --- |"]
+    for s in seeds:
+        parts = []
+        for label in orders[s]:
+            info = per_seed[s].get(label, {}).get("bench_run", {})
+            la = info.get("load_average_before"), info.get("load_average_after")
+            parts.append(label + (f" ({la[0][0]:.1f} -> {la[1][0]:.1f})" if la[0] and la[1] else ""))
+        order.append(f"| {s} | {', '.join(parts)} |")
+    return "\n".join([
+        "# Held-out test benchmark (easy-vqa, tiny Qwen2.5-VL, CPU)", "",
+        f"Held-out test split: the first {'/'.join(map(str, sizes))} of easy-vqa's 7,673 held-out questions (no setting was "
+        f"chosen on them), evaluated every {TEST_EVERY} steps (`trainer.test_every`) and on the final policy (greedy). Speedups are per seed "
+        "against GRPO of the same seed, then averaged; ± is the sample standard deviation over seeds; the 95% CI is "
+        "Student's t over the per-seed paired differences. Time to accuracy: training seconds (validation and test "
+        f"time excluded) at the first of two consecutive test evaluations at or above {100 * TARGET_ACCURACY:g}% "
+        "(threshold fixed before the runs); `never` counts as infinite in the median.", "",
+        *lines, "", "Per seed:", "", *per, "", "Run order (rotated per seed):", "", *order, "",
+    ])
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seeds", type=int, default=5, help="seeds 1..N (default 5)")
+    p.add_argument("--rows", help=f"comma-separated subset of {', '.join(BY_LABEL)} (default: all)")
+    p.add_argument("--steps", type=int, help="training steps per run (default: the recipes' 120)")
+    p.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "heldout")
+    p.add_argument("--threads", type=int, default=2, help="torch threads of each training process")
+    p.add_argument("--timeout", type=float, default=4 * 3600, help="seconds one training run may take")
+    p.add_argument("--report-only", action="store_true", help="only rebuild the report from finished runs")
+    p.add_argument("overrides", nargs="*", help="extra dotted key=value overrides for every run")
+    args = p.parse_args(argv)
+    if args.seeds < 1:
+        p.error(f"--seeds must be >= 1, got {args.seeds}")
+    unknown = [x for x in (args.rows or "").split(",") if x and x not in BY_LABEL]
+    if unknown:
+        p.error(f"unknown rows {unknown}; choose from {', '.join(BY_LABEL)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    rows = [r for r in ROWS if not args.rows or r.label in args.rows.split(",")]
+    if BASE not in [r.label for r in rows]:
+        raise SystemExit("heldout: every number is against GRPO of the same seed; include the grpo row")
+    overrides = [*COMMON, *OVERRIDES, *([f"trainer.max_steps={args.steps}"] if args.steps else []), *args.overrides]
+    seeds = list(range(1, args.seeds + 1))
+    orders = {s: run_order([r.label for r in rows], s) for s in seeds}
+    if not args.report_only:
+        for s in seeds:
+            seed_dir = args.out / f"seed{s}"
+            print(f"seed {s}: {', '.join(orders[s])}", flush=True)
+            build_warm_start(seed_dir, [*overrides, *seed_overrides(s)], threads=args.threads, timeout=args.timeout)
+            for position, label in enumerate(orders[s]):
+                run_one(BY_LABEL[label], seed_dir, [*overrides, *seed_overrides(s)], position=position,
+                        threads=args.threads, timeout=args.timeout)
+    per_seed: dict[int, dict[str, dict]] = {}
+    for s in seeds:
+        for r in rows:
+            run_dir = args.out / f"seed{s}" / r.recipe
+            if (run_dir / "FINISHED").exists():
+                per_seed.setdefault(s, {})[r.label] = measure(run_dir)
+    if not per_seed:
+        raise SystemExit(f"heldout: no finished run under {args.out}")
+    summary = summarize(per_seed, rows)
+    text = markdown(summary, per_seed, orders)
+    (args.out / "heldout.md").write_text(text)
+    (args.out / "heldout.json").write_text(json.dumps(
+        {"target_accuracy": TARGET_ACCURACY, "test_questions": TEST_QUESTIONS, "test_every": TEST_EVERY,
+         "overrides": overrides, "orders": orders, "rows": summary}, indent=1, default=str) + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
