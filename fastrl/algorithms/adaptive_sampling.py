@@ -57,19 +57,6 @@ class AdaptiveRolloutSampler:
         self._f2: list[float] = []
         self._num_boundaries = 0
         self._last_decision: dict[str, float] = {}
-        self.prompt_skipper: Any = None  # GRESO state (pruning.method='greso'), saved with this state
-        self._pending_skipper_state: dict[str, Any] | None = None
-
-    def attach_prompt_skipper(self, skipper: Any) -> Any:
-        """Keep ``skipper`` (a :class:`fastrl.algorithms.prompt_skipping.PromptSkipper`) in this
-        sampler's state, so that the checkpoint's ``TrainState`` restores it; a state loaded before
-        the skipper was attached is applied now. Returns the attached skipper."""
-        if self.prompt_skipper is None:
-            self.prompt_skipper = skipper
-            if self._pending_skipper_state is not None:
-                skipper.load_state_dict(self._pending_skipper_state)
-                self._pending_skipper_state = None
-        return self.prompt_skipper
 
     @property
     def n(self) -> int:
@@ -186,7 +173,6 @@ class AdaptiveRolloutSampler:
             "f2_recorded": list(self._f2),
             "num_boundaries": self._num_boundaries,
             "last_decision": dict(self._last_decision),
-            **({"prompt_skipper": self.prompt_skipper.state_dict()} if self.prompt_skipper is not None else {}),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -216,11 +202,6 @@ class AdaptiveRolloutSampler:
         self._f2 = [float(x) for x in state["f2_recorded"]]
         self._num_boundaries = int(state["num_boundaries"])
         self._last_decision = dict(state.get("last_decision", {}))
-        if "prompt_skipper" in state:
-            if self.prompt_skipper is not None:
-                self.prompt_skipper.load_state_dict(state["prompt_skipper"])
-            else:
-                self._pending_skipper_state = dict(state["prompt_skipper"])
 
     @staticmethod
     def prompts_for_constant_budget(prompts_per_step: int, n_max: int, n: int) -> int:

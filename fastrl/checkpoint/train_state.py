@@ -40,6 +40,10 @@ class TrainState:
         reward_health: the invalid-reward counts (:class:`fastrl.training.reward_health.RewardHealth`),
             or None; saved when given. A checkpoint written before they were saved loads with the
             counts as they are (zero at the start of a process).
+        prompt_skipper: the GRESO-style skipper's per-prompt history
+            (:class:`fastrl.algorithms.prompt_skipping.PromptSkipper`, ``pruning.method='greso'``),
+            or None; saved when given (a checkpoint that kept it inside the adaptive sampler's state
+            loads it from there).
     """
 
     sampler: Stateful
@@ -54,6 +58,7 @@ class TrainState:
     data_fingerprint: str | None = None
     images_fingerprint: str | None = None
     reward_health: Stateful | None = None
+    prompt_skipper: Stateful | None = None
 
     def state_dict(self) -> dict[str, Any]:
         """The saved part, as stored in ``train_state.pt`` (plus what the checkpoint writer adds)."""
@@ -69,13 +74,18 @@ class TrainState:
             "data_fingerprint": self.data_fingerprint,
             "images_fingerprint": self.images_fingerprint,
             **({"reward_health": self.reward_health.state_dict()} if self.reward_health is not None else {}),
+            **({"prompt_skipper": self.prompt_skipper.state_dict()} if self.prompt_skipper is not None else {}),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore from :meth:`state_dict` (``total_steps`` and the fingerprints stay the run's own)."""
         self.step = int(state["step"])
         self.sampler.load_state_dict(state["sampler"])
-        self.ars.load_state_dict(state["ars"])
+        ars = dict(state["ars"])
+        skipper_state = state.get("prompt_skipper", ars.pop("prompt_skipper", None))  # older checkpoints: in ars
+        self.ars.load_state_dict(ars)
+        if self.prompt_skipper is not None and skipper_state is not None:
+            self.prompt_skipper.load_state_dict(skipper_state)
         self.scheduler.load_state_dict(state["scheduler"])
         self.best_val, self.best_step = state["best_val"], state["best_step"]
         self.train_seconds = float(state["train_seconds"])

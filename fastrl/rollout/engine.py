@@ -186,10 +186,36 @@ def check_weight_version(engine: str, loaded: int, requested: int | None) -> Non
 
 @runtime_checkable
 class RolloutEngine(Protocol):
-    """What the trainer needs from a rollout engine."""
+    """What the trainer needs from a rollout engine: the Hugging Face engine, the vLLM engine
+    process's client, and a rank's :class:`~fastrl.training.engine_placement.EnginelessPeer` all
+    provide every member (the trainer never probes for one)."""
 
     weight_version: int
     """Refits loaded so far (0: the weights the engine was built with)."""
+    tokenizer: Any
+    """The policy's tokenizer (prompt rendering, decoding, the refit probe)."""
+    pad_token_id: int
+    """Right-padding id of the trainer's batches."""
+    suppressed_ids: Sequence[int]
+    """Token ids the engine never samples (vision tokens; special tokens unless allowed)."""
+    refit_metrics: dict[str, float]
+    """Transfer metrics of the last refit (``refit/bytes``, ``refit/time_s``, ...; empty when the
+    engine measures none)."""
+    verify_every: int
+    """Refit-verification period (``rollout.verify_refit_every``; 0: never verified)."""
+    verify_tolerance: float
+    """Bound of the refit verification (``rollout.verify_refit_tolerance``)."""
+
+    @property
+    def export_to_cpu(self) -> bool:
+        """Where the trainer's weight export puts its tensors for :meth:`update_weights` (True:
+        the CPU; False: the trainer's GPU, for CUDA IPC)."""
+        ...
+
+    @property
+    def verify_due(self) -> bool:
+        """Whether the refit just loaded is to be verified (:class:`VerifiableEngine`)."""
+        ...
 
     def generate(
         self, prompts: Sequence[RolloutPrompt], n_per_prompt: int | Sequence[int], sampling: SamplingParams,
@@ -215,6 +241,22 @@ class RolloutEngine(Protocol):
 
     def wake(self) -> None:
         """Regain the memory released by :meth:`sleep` before the next :meth:`generate`."""
+        ...
+
+
+class VerifiableEngine(RolloutEngine, Protocol):
+    """An engine whose refits can be verified (:mod:`fastrl.training.refit_verify`): the vLLM
+    engine process's client."""
+
+    last_group_sums: dict[str, float]
+    """Per parameter group, the sum of squares of the last verified refit as the trainer sent it."""
+
+    def score(self, sequences: Sequence[Sequence[int]], starts: Sequence[int]) -> list[torch.Tensor]:
+        """float32 log-probs of ``sequences[i][starts[i]:]`` under the engine's weights (temperature 1)."""
+        ...
+
+    def group_sums(self) -> dict[str, float]:
+        """Per parameter group, the sum of squares of the weights the engine holds."""
         ...
 
 

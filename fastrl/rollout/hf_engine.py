@@ -282,6 +282,13 @@ class HFRolloutEngine:
         self._params = dict(model.named_parameters(remove_duplicate=False))
         self._params.update(dict(model.named_buffers(remove_duplicate=False)))
         self.weight_version = 0
+        self.refit_metrics: dict[str, float] = {}  # an in-process copy: nothing to measure
+        self.verify_every, self.verify_tolerance = 0, 0.0  # never verified (verify_due)
+
+    #: The trainer's weight export goes to the CPU (``update_weights`` copies each tensor in).
+    export_to_cpu = True
+    #: In-process refits share the trainer's process and numerics: never verified.
+    verify_due = False
 
     @classmethod
     def from_pretrained(

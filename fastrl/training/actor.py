@@ -132,10 +132,13 @@ class Actor:
 
     # ---- log-probs --------------------------------------------------------------------------
 
-    def log_probs(self, batch: PolicyBatch) -> torch.Tensor:
-        """float32 [N, T] log-probs of ``batch`` under the current policy (see ``compute_log_probs``)."""
+    def log_probs(self, batch: PolicyBatch, *, temperature: float | None = None) -> torch.Tensor:
+        """float32 [N, T] log-probs of ``batch`` under the current policy (see ``compute_log_probs``),
+        the logits divided by ``temperature`` (None: the rollouts' sampling temperature; the refit
+        probe passes 1, the engine's scoring temperature)."""
         return logprob_ops.compute_log_probs(
-            self.policy.chunks, batch, micro_batch_size=self.micro_batch_size, temperature=self.temperature
+            self.policy.chunks, batch, micro_batch_size=self.micro_batch_size,
+            temperature=self.temperature if temperature is None else temperature,
         )
 
     # ---- loss -------------------------------------------------------------------------------

@@ -118,9 +118,8 @@ def build_rank_engine(cfg: Any, device: torch.device, build: Callable[[list[str]
             engine = build(gpus)
             facts: Any = {
                 "tokenizer": engine.tokenizer, "pad_token_id": engine.pad_token_id,
-                "suppressed_ids": list(getattr(engine, "suppressed_ids", ())),
-                "verify_every": int(getattr(engine, "verify_every", 0)) if hasattr(engine, "verify_due") else 0,
-                "verify_tolerance": float(getattr(engine, "verify_tolerance", 0.0)),
+                "suppressed_ids": list(engine.suppressed_ids), "verify_every": int(engine.verify_every),
+                "verify_tolerance": float(engine.verify_tolerance),
             }
         except Exception as err:  # noqa: BLE001 - the peers hear of it, then it is raised here
             facts = RuntimeError(f"the rollout engine failed to start on the first rank of the model-parallel group: {err!r}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -14,8 +14,13 @@ from fastrl.data import Record, load_test, load_train_val
 from fastrl.distributed.parallel_state import ParallelContext
 from fastrl.training.geometry import updates_per_step_estimate
 from fastrl.training.prompting import PromptSource
-from fastrl.training.reward_health import RewardHealth
 from fastrl.training.timers import PhaseTimer
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fastrl.models.provider import MegatronPolicy
+    from fastrl.rewards import RewardScorer
+    from fastrl.rollout.engine import RolloutEngine
+    from fastrl.training.actor import Actor
 
 
 @dataclass
@@ -36,8 +41,6 @@ class RunParts:
         scorer: the reward scorer (:class:`fastrl.rewards.RewardScorer`).
         timer: wall time per phase.
         data_metrics / start_metrics: logged once at step 0 (data report, warm start).
-        reward_health: invalid-reward bookkeeping (:mod:`fastrl.training.reward_health`; built
-            from ``cfg.reward`` when not given).
         test: the held-out test records (``data.test_size``; empty: no test evaluation).
     """
 
@@ -47,19 +50,14 @@ class RunParts:
     policy_dir: Path
     prompts: PromptSource
     val: list[Record]
-    actor: Any
-    reference: Any
-    engine: Any
-    scorer: Any
+    actor: "Actor"
+    reference: "MegatronPolicy | None"
+    engine: "RolloutEngine"
+    scorer: "RewardScorer"
     timer: PhaseTimer
     data_metrics: dict[str, float]
     start_metrics: dict[str, float]
-    reward_health: RewardHealth | None = None
     test: list[Record] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        if self.reward_health is None:
-            self.reward_health = RewardHealth(self.cfg.reward)
 
     def close(self) -> None:
         """Stop the grading workers."""

@@ -1,8 +1,9 @@
 """GRESO-style prompt skipping in the step (``pruning.method='greso'``): drop prompts before
 generation from their zero-variance history, and record every generated group's rewards.
 
-The :class:`~fastrl.algorithms.prompt_skipping.PromptSkipper` lives in the adaptive sampler's
-state (``TrainState.ars``), so a checkpoint restores it. Every DP rank records the same
+The :class:`~fastrl.algorithms.prompt_skipping.PromptSkipper` is part of the run's
+``TrainState`` (``prompt_skipper``, built by :func:`build_prompt_skipper`), so a checkpoint
+restores it. Every DP rank records the same
 observations (gathered over DP), so every rank holds the same state.
 """
 
@@ -18,16 +19,12 @@ from fastrl.training.seeds import derive_seed
 Metrics = dict[str, float]
 
 
-def skipper_of(cfg: RunConfig, ars) -> PromptSkipper | None:
-    """The run's prompt skipper (attached to ``ars`` on first use), None unless ``method='greso'``."""
+def build_prompt_skipper(cfg: RunConfig) -> PromptSkipper | None:
+    """A new prompt skipper from ``pruning.greso_*``; None unless ``pruning.method='greso'``."""
     pc = cfg.pruning
     if pc.method != "greso":
         return None
-    if getattr(ars, "prompt_skipper", None) is None:
-        ars.attach_prompt_skipper(
-            PromptSkipper(explore_prob=pc.greso_explore_prob, max_skip_fraction=pc.greso_max_skip_fraction)
-        )
-    return ars.prompt_skipper
+    return PromptSkipper(explore_prob=pc.greso_explore_prob, max_skip_fraction=pc.greso_max_skip_fraction)
 
 
 def skip_prompts(skipper: PromptSkipper, items: list, *, seed: int, step: int, dp_rank: int) -> tuple[list, Metrics]:

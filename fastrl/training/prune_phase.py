@@ -34,6 +34,30 @@ Metrics = dict[str, float]
 
 
 @dataclass(frozen=True)
+class Selection:
+    """The pruner's choice on the gathered batch (what :func:`prune`'s selection returns to
+    :func:`~fastrl.distributed.dp_pruning.dp_global_prune`).
+
+    Attributes:
+        result: the :class:`PruneResult` after trimming to whole micro-batches.
+        dropped: rollouts the trim to whole micro-batches dropped.
+        padding: zero-weight rows the re-partition adds (a short DAPO batch).
+        ars_counts / selected_fraction: with ``pruning.apply=false``, the pruner's kept count per
+            group and kept fraction (every rollout trains); None otherwise.
+    """
+
+    result: PruneResult
+    dropped: int = 0
+    padding: int = 0
+    ars_counts: dict[int, int] | None = None
+    selected_fraction: float | None = None
+
+    @property
+    def keep(self) -> torch.Tensor:
+        return self.result.keep
+
+
+@dataclass(frozen=True)
 class PruneOutcome:
     """What pruning decided for the step's global batch.
 
@@ -79,15 +103,12 @@ def prune(
     else:
         local = LocalPruningInputs(**common, responses=responses)
     generator = torch.Generator().manual_seed(derive_seed(pc.seed, step))
-    m: Metrics = {}
-    padding = 0
-    stats: dict = {}
 
-    def select(g):
-        nonlocal padding
+    def select(g) -> Selection:  # a function of the gathered batch: the same on every DP rank
         resp = g.responses
         if resp is None:
             resp = ResponseSketch.from_tensors(g.signatures, g.response_lengths, ngram=pc.ngram, seed=0)
+        counts, selected = None, None
         if len(g) < whole:  # shorter than one micro-batch per rank (DAPO): keep all, pad
             lengths = g.response_lengths if g.responses is None else torch.tensor([int(r.numel()) for r in resp])
             result = keep_all(g.group_ids, lengths)
@@ -95,16 +116,18 @@ def prune(
             mult = whole if len(g) < multiple else multiple  # a short batch (DAPO): whole micro-batches
             result = select_rollouts(pc, g.advantages.float(), g.group_ids, resp, multiple=mult, generator=generator)
             if not pc.apply:  # statistics only (ARS-only ablation): every rollout trains
-                stats["counts"] = dict(result.kept_per_group)
-                m["prune/selected_fraction"] = result.num_kept / max(len(g), 1)
+                counts, selected = dict(result.kept_per_group), result.num_kept / max(len(g), 1)
                 result = keep_all(g.group_ids, torch.as_tensor(
                     [int(r.numel()) for r in resp] if g.responses is not None else g.response_lengths))
         result, dropped, padding = fit_to_micro_batches(result, g.advantages, g.group_ids, whole)
-        m["prune/dropped_for_geometry"] = float(dropped)
-        return result
+        return Selection(result, dropped=dropped, padding=padding, ars_counts=counts, selected_fraction=selected)
 
     outcome = dp_global_prune(local, select)
-    result = outcome.result
+    chosen: Selection = outcome.result
+    result, padding = chosen.result, chosen.padding
+    m: Metrics = {"prune/dropped_for_geometry": float(chosen.dropped)}
+    if chosen.selected_fraction is not None:
+        m["prune/selected_fraction"] = chosen.selected_fraction
     if padding:
         logger.warning(
             "step %d: only %d rollouts are left for the update, fewer than dp_size x micro_batch_size = %d; "
@@ -134,7 +157,7 @@ def prune(
     m["prune/kept_advantage_mean"] = float(kept_adv.mean())
     if result.kept_tokens is not None:
         m["prune/kept_response_length_mean"] = result.kept_tokens / max(result.num_kept, 1)
-    return PruneOutcome(outcome, result, weights, padding, stats.get("counts")), m
+    return PruneOutcome(outcome, result, weights, padding, chosen.ars_counts), m
 
 
 def repartition_kept(batch: PolicyBatch, outcome: PruneOutcome) -> tuple[PolicyBatch, Metrics]:

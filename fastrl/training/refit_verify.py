@@ -114,13 +114,8 @@ def probe_batch(probe: RefitProbe, pad_token_id: int, *, rows_multiple: int = 1,
 
 def actor_probe_logprobs(actor, probe: RefitProbe, pad_token_id: int) -> list[torch.Tensor]:
     """The trainer's log-probs of each probe response (temperature 1, like the engine's score)."""
-    saved = actor.temperature
-    actor.temperature = 1.0
-    try:
-        batch = probe_batch(probe, pad_token_id, rows_multiple=actor.micro_batch_size)
-        lp = actor.log_probs(batch).float().cpu()
-    finally:
-        actor.temperature = saved
+    batch = probe_batch(probe, pad_token_id, rows_multiple=actor.micro_batch_size)
+    lp = actor.log_probs(batch, temperature=1.0).float().cpu()
     return [lp[b, start : seq.numel()] for b, (seq, start) in enumerate(zip(probe.sequences, probe.starts))]
 
 
@@ -142,9 +137,11 @@ def verify_refit(
     """Compare the engine's and the trainer's log-probs on the probe (module docstring).
 
     Args:
-        engine: has ``score(sequences, starts)``, ``tokenizer``, ``suppressed_ids``; optionally
-            ``group_sums()`` and ``last_group_sums`` for the diagnosis.
+        engine: a :class:`~fastrl.rollout.engine.VerifiableEngine` (``score``, and ``group_sums()``
+            with ``last_group_sums`` for the diagnosis).
         trainer_logprobs: the trainer's log-probs of each probe response.
+        probe: the probe (None: :func:`make_probe` of the engine's tokenizer; it is deterministic,
+            so every verification of a run uses the same one).
 
     Returns:
         ``refit_verify/abs_diff_mean``, ``refit_verify/abs_diff_max``.
@@ -153,17 +150,14 @@ def verify_refit(
         RefitVerificationError: mean difference above ``tolerance``.
     """
     if probe is None:
-        probe = getattr(engine, "_refit_probe", None)
-        if probe is None:
-            probe = make_probe(engine.tokenizer, getattr(engine, "suppressed_ids", ()))
-            engine._refit_probe = probe
+        probe = make_probe(engine.tokenizer, engine.suppressed_ids)
     engine_lp = engine.score([s.tolist() for s in probe.sequences], probe.starts)
     trainer_lp = trainer_logprobs(probe)
     diffs = torch.cat([(a.float() - b.float()).abs() for a, b in zip(engine_lp, trainer_lp)])
     mean, worst = float(diffs.mean()), float(diffs.max())
     if mean > tolerance:
         detail = ""
-        if hasattr(engine, "group_sums") and getattr(engine, "last_group_sums", None):
+        if engine.last_group_sums:
             group, rel = largest_group_difference(engine.last_group_sums, engine.group_sums())
             detail = (
                 f"; largest mismatching parameter group: {group} (sum of squared weights differs by {rel:.3g} "
@@ -172,9 +166,8 @@ def verify_refit(
                 f"; every parameter group the engine received matches the trainer's refit (largest relative "
                 f"difference {rel:.1e} in {group}): the engine's numerics or weight-name mapping differ"
             )
-        version = getattr(engine, "weight_version", "?")
         raise RefitVerificationError(
-            f"refit verification failed after refit {version}: mean |logp_engine - logp_trainer| on the probe = "
+            f"refit verification failed after refit {engine.weight_version}: mean |logp_engine - logp_trainer| on the probe = "
             f"{mean:.3g} > rollout.verify_refit_tolerance={tolerance:g} (max {worst:.3g}){detail}"
         )
     return {"refit_verify/abs_diff_mean": mean, "refit_verify/abs_diff_max": worst}

@@ -30,7 +30,7 @@ from fastrl.data import ResumableSampler
 from fastrl.training.generation import generate, group_size, prompts_this_step, sleep_engine
 from fastrl.training.geometry import equal_micro_batches
 from fastrl.training.parts import RunParts
-from fastrl.training.prompt_skip import record_rewards, skip_prompts, skipper_of
+from fastrl.training.prompt_skip import record_rewards, skip_prompts
 from fastrl.training.prune_phase import prune, repartition_kept
 from fastrl.training.refit_verify import check_rollout_mismatch
 from fastrl.training.rollout_batch import AdvantagedRollouts, ScoredRollouts, sequence_multiple, to_policy_batch
@@ -65,7 +65,7 @@ def train_step(run: RunParts, state: TrainState, step: int) -> StepOutput:
     n = group_size(cfg, state.ars)                                           # 1. ARS group size
     count = prompts_this_step(cfg.rollout, n)
     epochs = 0
-    skipper = skipper_of(cfg, state.ars)                                     # pruning.method='greso'
+    skipper = state.prompt_skipper                                           # pruning.method='greso'
 
     def rollout_round(round_index: int, seed: int) -> tuple[ScoredRollouts, dict[str, float], int]:
         nonlocal epochs
@@ -85,7 +85,7 @@ def train_step(run: RunParts, state: TrainState, step: int) -> StepOutput:
                 weight_version=run.actor.policy_version,                     # stale engine: StaleWeightsError
             )
         with timer.phase("reward"):                                          # 3. rewards
-            scored, metrics = score(run.scorer, prompts, rollouts, cfg, health=run.reward_health)
+            scored, metrics = score(run.scorer, prompts, rollouts, cfg, health=state.reward_health)
         if skipper is not None:
             record_rewards(skipper, prompts.items, scored.group_ids, scored.rewards)
         return scored, metrics, len(prompts)
@@ -106,7 +106,7 @@ def train_step(run: RunParts, state: TrainState, step: int) -> StepOutput:
     scored, metrics = dynamic_sampling(scored, alg=cfg.algorithm, step=step, more=extra_round)  # DAPO filter (+ rounds)
     m.update(metrics)
     sleep_engine(run.engine)                                                 # generation done: free the GPU
-    m.update(run.reward_health.end_step(step, final=step >= state.total_steps))  # invalid rewards: stop?
+    m.update(state.reward_health.end_step(step, final=step >= state.total_steps))  # invalid rewards: stop?
     mbs = cfg.parallel.micro_batch_size
     lp_tokens = 0 if equal_micro_batches(cfg) else cfg.trainer.micro_batch_tokens  # token-budget old/ref passes
     early = cfg.logprobs_before_pruning

@@ -3,8 +3,8 @@
 Parts (:mod:`fastrl.training.parts`): data and prompts, the policy directory the recipe chose,
 the actor and the frozen reference policy (megatron-core), the rollout engine, the reward scorer.
 State (:class:`~fastrl.checkpoint.train_state.TrainState`): step, data sampler, adaptive rollout
-sampler, LR scheduler, best validation, train time; owned by the loop, saved by the checkpoint
-code. :func:`fastrl.training.step.train_step` is the step.
+sampler, LR scheduler, best validation, train time, invalid-reward counts, the GRESO skipper's
+history; owned by the loop, saved by the checkpoint code. The parts hold no run state. :func:`fastrl.training.step.train_step` is the step.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from fastrl.config import RunConfig
 from fastrl.data import ResumableSampler
 from fastrl.distributed.parallel_state import ParallelContext
 from fastrl.training.parts import RunParts, build_parts, total_steps
+from fastrl.training.prompt_skip import build_prompt_skipper
+from fastrl.training.reward_health import RewardHealth
 
 
 class Trainer:
@@ -61,7 +63,8 @@ class Trainer:
             total_steps=total_steps(config, len(records)),
             data_fingerprint=records_fingerprint((r.question_id, r.problem, r.answer) for r in records),
             images_fingerprint=images_fingerprint(r.images for r in records),
-            reward_health=self.parts.reward_health,
+            reward_health=RewardHealth(config.reward),
+            prompt_skipper=build_prompt_skipper(config),
         )
 
     def fit(self) -> dict[str, Any]:

@@ -3,7 +3,7 @@ weight transfer to the rollout engine."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, ContextManager
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, cast
 
 from fastrl.batch import PolicyBatch
 from fastrl.config import RunConfig
@@ -24,6 +24,8 @@ from fastrl.training.geometry import (
 from fastrl.training.rollout_batch import padding_rows
 
 if TYPE_CHECKING:  # pragma: no cover
+    from fastrl.models.provider import MegatronPolicy
+    from fastrl.rollout.engine import RolloutEngine, VerifiableEngine
     from fastrl.training.actor import Actor
 
 Metrics = dict[str, float]
@@ -31,7 +33,7 @@ Phase = Callable[[str], ContextManager[Any]]
 
 
 def add_log_probs(
-    batch: PolicyBatch, actor: "Actor", reference: Any, *, micro_batch_size: int, phase: Phase,
+    batch: PolicyBatch, actor: "Actor", reference: "MegatronPolicy | None", *, micro_batch_size: int, phase: Phase,
     micro_batch_tokens: int = 0,
 ) -> tuple[PolicyBatch, Metrics]:
     """``batch`` with ``old_log_probs`` (and ``ref_log_probs`` when there is a reference policy),
@@ -133,7 +135,7 @@ def release_cached_memory(device: Any) -> None:
         torch.cuda.empty_cache()
 
 
-def refit(engine: Any, actor: "Actor") -> Metrics:
+def refit(engine: "RolloutEngine", actor: "Actor") -> Metrics:
     """Stream the actor's weights (Hugging Face names, full tensors) into the rollout engine and
     count the refit (``actor.policy_version``, the version every later generate request carries); an
     engine process (``rollout.engine='vllm'``) adds its transfer metrics (``refit/bytes``,
@@ -146,16 +148,16 @@ def refit(engine: Any, actor: "Actor") -> Metrics:
     source rank's engine loads; a rank without an engine holds an
     :class:`~fastrl.training.engine_placement.EnginelessPeer`. The verification wakes the engine's
     KV cache for its probe (the engine then stays awake until the next generation's end)."""
-    count = engine.update_weights(export_hf_weights(actor.policy, cpu=getattr(engine, "export_to_cpu", True)))
+    count = engine.update_weights(export_hf_weights(actor.policy, cpu=engine.export_to_cpu))
     actor.policy_version += 1
-    m = {"refit/tensors": float(count), **getattr(engine, "refit_metrics", {})}
-    if getattr(engine, "verify_due", False):
+    m = {"refit/tensors": float(count), **engine.refit_metrics}
+    if engine.verify_due:
         engine.wake()
-        m.update(_verify(engine, actor))
+        m.update(_verify(cast("VerifiableEngine", engine), actor))
     return m
 
 
-def _verify(engine: Any, actor: "Actor") -> Metrics:
+def _verify(engine: "VerifiableEngine", actor: "Actor") -> Metrics:
     """The refit verification (the engine's probe log-probs against the actor's). With model
     parallelism the source rank makes the probe and broadcasts it, every rank runs the actor's
     forward pass over it, the source compares and broadcasts its metrics or error."""
@@ -171,8 +173,7 @@ def _verify(engine: Any, actor: "Actor") -> Metrics:
     probe: Any = None
     if source:
         try:
-            probe = getattr(engine, "_refit_probe", None) or make_probe(engine.tokenizer, getattr(engine, "suppressed_ids", ()))
-            engine._refit_probe = probe
+            probe = make_probe(engine.tokenizer, engine.suppressed_ids)
         except Exception as err:  # noqa: BLE001 - the peers raise it too, instead of waiting for a probe
             probe = err
     probe = collectives.broadcast_object_model_parallel(probe)

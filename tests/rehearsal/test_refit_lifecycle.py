@@ -309,7 +309,6 @@ def _run_step_tail(step_module, run, monkeypatch, stop):
     outcome = types.SimpleNamespace(kept_per_group={})
     monkeypatch.setattr(step_module, "group_size", lambda cfg, ars: 2)
     monkeypatch.setattr(step_module, "prompts_this_step", lambda ro, n: 1)
-    monkeypatch.setattr(step_module, "skipper_of", lambda cfg, ars: None)
     monkeypatch.setattr(step_module, "generate", lambda *a, **k: None)
     monkeypatch.setattr(step_module, "sleep_engine", lambda engine: None)
     monkeypatch.setattr(step_module, "score", lambda *a, **k: (scored, {}))
@@ -335,10 +334,10 @@ def _run_step_tail(step_module, run, monkeypatch, stop):
                                                                                        __len__=lambda: 0))
     run.engine = types.SimpleNamespace(pad_token_id=0)
     run.actor = types.SimpleNamespace(policy_version=0)
-    run.reward_health = types.SimpleNamespace(end_step=lambda *a, **k: {})
     run.reference = None
     run.scorer = None
-    state = types.SimpleNamespace(ars=None, sampler=types.SimpleNamespace(epochs_drawn=0.0), total_steps=3)
+    state = types.SimpleNamespace(ars=None, sampler=types.SimpleNamespace(epochs_drawn=0.0), total_steps=3,
+                                  prompt_skipper=None, reward_health=types.SimpleNamespace(end_step=lambda *a, **k: {}))
     monkeypatch.setattr(step_module, "len", lambda x: 0, raising=False)
     del dataclasses
     with pytest.raises(stop):

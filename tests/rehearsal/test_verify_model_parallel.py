@@ -38,8 +38,8 @@ def test_an_engine_error_on_the_source_comes_after_the_forward_pass(monkeypatch)
         order.append(("engine.score",))
         raise RuntimeError("engine died")
 
-    engine = types.SimpleNamespace(_refit_probe=probe, score=score, pad_token_id=0, verify_tolerance=1.0,
-                                   tokenizer=None)
+    monkeypatch.setattr(refit_verify, "make_probe", lambda *a: probe)
+    engine = types.SimpleNamespace(score=score, pad_token_id=0, verify_tolerance=1.0, tokenizer=None, suppressed_ids=[])
     with pytest.raises(RuntimeError, match="engine died"):
         update_phase._verify(engine, actor=None)
     assert order == [("broadcast", "RefitProbe"), ("forward",), ("engine.score",), ("broadcast", "RuntimeError")]
@@ -58,7 +58,7 @@ def test_a_probe_that_cannot_be_made_is_raised_on_every_rank(monkeypatch):
     # Breakage caught: the source raising before the probe broadcast, its peers waiting for it forever.
     order, _ = _setup(monkeypatch, source=True, received=[])
     monkeypatch.setattr(refit_verify, "make_probe", lambda *a: (_ for _ in ()).throw(ValueError("no tokens")))
-    engine = types.SimpleNamespace(tokenizer=None, pad_token_id=0, verify_tolerance=1.0)
+    engine = types.SimpleNamespace(tokenizer=None, pad_token_id=0, verify_tolerance=1.0, suppressed_ids=[])
     with pytest.raises(ValueError, match="no tokens"):
         update_phase._verify(engine, actor=None)
     assert order == [("broadcast", "ValueError")]

@@ -148,15 +148,25 @@ def test_prompt_skipper_state_round_trip_and_determinism():
     assert a == b
 
 
-def test_ars_state_carries_the_prompt_skipper():
+def test_train_state_carries_the_prompt_skipper():
     from fastrl.algorithms import AdaptiveRolloutSampler
+    from fastrl.checkpoint.train_state import TrainState
+    from fastrl.data import ResumableSampler
 
-    ars = AdaptiveRolloutSampler(8)
-    assert "prompt_skipper" not in ars.state_dict()
-    skipper = ars.attach_prompt_skipper(PromptSkipper())
+    def state(skipper):
+        return TrainState(sampler=ResumableSampler(4, seed=0), ars=AdaptiveRolloutSampler(8),
+                          scheduler=PromptSkipper(), total_steps=3, prompt_skipper=skipper)
+
+    skipper = PromptSkipper()
     skipper.record([1], [[0, 0]])
-    state = ars.state_dict()
-    fresh = AdaptiveRolloutSampler(8)
-    fresh.load_state_dict(state)  # loaded before the step attaches its skipper (a resume)
-    restored = fresh.attach_prompt_skipper(PromptSkipper())
+    saved = state(skipper).state_dict()
+    assert saved["prompt_skipper"]["streak"] and "prompt_skipper" not in saved["ars"]
+    restored = PromptSkipper()
+    state(restored).load_state_dict(saved)
     assert restored.streak == {1: 1}
+    # a checkpoint that kept the skipper inside the adaptive sampler's state
+    older = {**saved, "ars": {**saved["ars"], "prompt_skipper": saved["prompt_skipper"]}}
+    del older["prompt_skipper"]
+    from_older = PromptSkipper()
+    state(from_older).load_state_dict(older)
+    assert from_older.streak == {1: 1}
