@@ -1,9 +1,13 @@
 """The update geometry: how a step's kept rollouts are cut into mini-batches and micro-batches.
 
-One place for every rule (see docs/parallelism.md, "Micro-batches and the loss"):
+One place for every rule (see docs/parallelism.md, "Micro-batches and the loss"), and the two
+values a step computes once from them and every later phase reads: :class:`KeptGeometry` (what
+the kept count must satisfy, :func:`kept_geometry`, read by the pruning phase) and
+:class:`UpdatePlan` (this rank's updates, micro-batch cuts and LR positions, :func:`plan_update`,
+read by the update phase):
 
 - every DP rank trains on whole micro-batches of ``parallel.micro_batch_size`` rollouts, so the
-  kept count is a multiple of ``dp_size x micro_batch_size`` (:func:`whole_micro_batches`);
+  kept count is a multiple of ``dp_size x micro_batch_size`` (:func:`kept_unit`);
 - MDAP's Phase-2 refill rounds the kept count up to :func:`refill_multiple` (the actor mini-batch
   in rollouts, ``trainer.mini_batch_prompts x n``, and whole micro-batches; spec 2.3);
 - what refill could not round (no pruning, a short DAPO batch) is trimmed by
@@ -37,6 +41,7 @@ Two geometries (``pruning.refill_to``; docs/algorithm.md, "Update geometry"):
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
 import torch
 
@@ -61,9 +66,11 @@ def kept_multiple(cfg: RunConfig, dp_size: int) -> int:
     return dp_size * cfg.parallel.micro_batch_size if equal_micro_batches(cfg) else dp_size
 
 
-def whole_micro_batches(cfg: RunConfig, dp_size: int) -> int:
-    """Rollouts of one micro-batch on every DP rank: ``dp_size x parallel.micro_batch_size``
-    (free geometry: :func:`kept_multiple`)."""
+def kept_unit(cfg: RunConfig, dp_size: int) -> int:
+    """The kept count is trimmed to a multiple of this, and padded up to it when fewer are kept:
+    one micro-batch of ``parallel.micro_batch_size`` rollouts per DP rank where micro-batches must
+    be equal (the mini-batch geometry, pipeline parallelism), one rollout per DP rank otherwise
+    (the free geometry's :func:`kept_multiple`)."""
     if free_geometry(cfg):
         return kept_multiple(cfg, dp_size)
     return dp_size * cfg.parallel.micro_batch_size
@@ -75,6 +82,81 @@ def refill_multiple(cfg: RunConfig, dp_size: int, n: int) -> int:
     if free_geometry(cfg):
         return kept_multiple(cfg, dp_size)
     return cfg.update_multiple(dp_size, n=n)
+
+
+@dataclass(frozen=True)
+class KeptGeometry:
+    """What a step's kept count must satisfy (computed once per step, :func:`kept_geometry`).
+
+    Attributes:
+        refill_multiple: MDAP's Phase-2 refill rounds the kept count up to a multiple of this
+            (:func:`refill_multiple`).
+        unit: the kept count is trimmed to a multiple of this, or padded up to it when fewer are
+            kept (:func:`kept_unit`, :func:`fit_to_micro_batches`).
+    """
+
+    refill_multiple: int
+    unit: int
+
+
+def kept_geometry(cfg: RunConfig, dp_size: int, n: int) -> KeptGeometry:
+    """The :class:`KeptGeometry` of a step at group size ``n`` on ``dp_size`` DP ranks."""
+    return KeptGeometry(refill_multiple=refill_multiple(cfg, dp_size, n), unit=kept_unit(cfg, dp_size))
+
+
+@dataclass(frozen=True)
+class UpdatePlan:
+    """One DP rank's policy update of one step (computed once, :func:`plan_update`).
+
+    Attributes:
+        update_rows: rows of each optimizer update of one pass, consecutive over the rank's rows
+            (their sum is the rank's row count).
+        micro_batches: per update, the sizes of its consecutive micro-batches (a token budget,
+            :func:`token_micro_batches`), or None for micro-batches of ``parallel.micro_batch_size``.
+        passes: ``algorithm.ppo_epochs`` passes over the rows.
+        lr_positions: the LR-schedule position of each update, in order (``passes x
+            len(update_rows)`` of them, :func:`lr_positions`).
+    """
+
+    update_rows: tuple[int, ...]
+    micro_batches: tuple[tuple[int, ...] | None, ...]
+    passes: int
+    lr_positions: tuple[int | float, ...]
+
+    @property
+    def updates(self) -> int:
+        """Optimizer updates of the step (``actor/updates``)."""
+        return self.passes * len(self.update_rows)
+
+
+def plan_update(cfg: RunConfig, lengths: list[int] | torch.Tensor, *, n: int, dp_size: int, step: int) -> UpdatePlan:
+    """The :class:`UpdatePlan` of a rank holding rows of ``lengths`` tokens (prompt + response) at
+    RL step ``step`` (1-based), group size ``n``, ``dp_size`` DP ranks.
+
+    Mini-batch geometry: one optimizer update per mini-batch (:func:`mini_batch_sizes`),
+    micro-batches of ``parallel.micro_batch_size``. Free geometry: :func:`updates_per_pass`
+    updates per pass over equal shares (:func:`update_shares`), each cut into micro-batches by
+    ``trainer.micro_batch_tokens`` (:func:`token_micro_batches`) unless micro-batches must be equal.
+    The LR positions share the step's ``updates_per_step_estimate`` units (:func:`lr_positions`).
+
+    Raises:
+        ValueError: no rows, ``step < 1``, or rows that do not split into whole micro-batches.
+    """
+    lens = [int(x) for x in (lengths.tolist() if isinstance(lengths, torch.Tensor) else lengths)]
+    mbs = cfg.parallel.micro_batch_size
+    if free_geometry(cfg):
+        per = update_shares(len(lens), updates_per_pass(cfg), mbs if equal_micro_batches(cfg) else 1)
+    else:
+        per = mini_batch_sizes(len(lens), rank_mini_batch_rows(cfg, dp_size, n), mbs)
+    micro: list[tuple[int, ...] | None] = []
+    start = 0
+    for size in per:
+        cut = None if equal_micro_batches(cfg) else token_micro_batches(lens[start : start + size], cfg.trainer.micro_batch_tokens, mbs)
+        micro.append(None if cut is None else tuple(cut))
+        start += size
+    passes = cfg.algorithm.ppo_epochs
+    positions = lr_positions(step, len(per) * passes, updates_per_step_estimate(cfg))
+    return UpdatePlan(update_rows=tuple(per), micro_batches=tuple(micro), passes=passes, lr_positions=tuple(positions))
 
 
 def updates_per_pass(cfg: RunConfig) -> int:

@@ -23,7 +23,7 @@ from fastrl.distributed.dp_pruning import (
     scale_local_advantages,
 )
 from fastrl.distributed.dp_pruning import repartition_kept as repartition_global_mask
-from fastrl.training.geometry import fit_to_micro_batches, refill_multiple, whole_micro_batches
+from fastrl.training.geometry import KeptGeometry, fit_to_micro_batches
 from fastrl.training.pruner import MDAP_METHODS, keep_all, select_rollouts
 from fastrl.training.rollout_batch import AdvantagedRollouts, padding_rows
 from fastrl.training.seeds import derive_seed
@@ -84,17 +84,17 @@ class PruneOutcome:
 
 
 def prune(
-    cfg: RunConfig, scored: AdvantagedRollouts, batch: PolicyBatch, *, step: int, n: int, dp_size: int
+    cfg: RunConfig, scored: AdvantagedRollouts, batch: PolicyBatch, *, step: int, geometry: KeptGeometry
 ) -> tuple[PruneOutcome, Metrics]:
-    """DP-global pruning: gather the metadata over DP, run the same selection on every rank.
+    """DP-global pruning: gather the metadata over DP, run the same selection on every rank, and
+    fit the kept count to ``geometry`` (the step's :class:`~fastrl.training.geometry.KeptGeometry`).
 
     A global batch smaller than ``dp_size x micro_batch_size`` (a DAPO step that collected few
     informative groups) is neither pruned nor trimmed: every rollout is kept and the re-partition
     pads it with zero-weight rows (``PruneOutcome.padding``, metric ``prune/num_padding``).
     """
     pc = cfg.pruning
-    multiple = refill_multiple(cfg, dp_size, n)
-    whole = whole_micro_batches(cfg, dp_size)
+    multiple, whole = geometry.refill_multiple, geometry.unit
     responses = list(scored.rollouts.response_token_ids)
     common = dict(group_ids=scored.group_ids, advantages=scored.advantages, lengths=batch.lengths)
     if pc.method in MDAP_METHODS and pc.similarity_mode == "minhash":

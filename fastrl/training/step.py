@@ -28,7 +28,7 @@ from fastrl.batch import PolicyBatch
 from fastrl.checkpoint.train_state import TrainState
 from fastrl.data import ResumableSampler
 from fastrl.training.generation import generate, group_size, prompts_this_step, sleep_engine
-from fastrl.training.geometry import equal_micro_batches
+from fastrl.training.geometry import equal_micro_batches, kept_geometry, plan_update
 from fastrl.training.parts import RunParts
 from fastrl.training.prompt_skip import record_rewards, skip_prompts
 from fastrl.training.prune_phase import prune, repartition_kept
@@ -130,9 +130,9 @@ def train_step(run: RunParts, state: TrainState, step: int) -> StepOutput:
         m.update(metrics)
         batch = policy_batch(advantaged)
     with timer.phase("prune"):                                               # 5-7. DP-global pruning,
-        outcome, metrics = prune(cfg, advantaged, batch, step=step, n=n, dp_size=ctx.dp_size)  # refill,
+        outcome, metrics = prune(cfg, advantaged, batch, step=step, geometry=kept_geometry(cfg, ctx.dp_size, n))
         m.update(metrics)
-        batch, metrics = repartition_kept(batch, outcome)                    #      re-partition over DP
+        batch, metrics = repartition_kept(batch, outcome)                    # refill, re-partition over DP
         m.update(metrics)
     if not early:                                                            # 8. old/ref on kept rows
         batch, metrics = add_log_probs(
@@ -140,8 +140,9 @@ def train_step(run: RunParts, state: TrainState, step: int) -> StepOutput:
         )
         m.update(metrics)
         check_rollout_mismatch(metrics, tolerance=cfg.mismatch_tolerance, step=step, setting=tolerance_note)
+    plan = plan_update(cfg, batch.lengths, n=n, dp_size=ctx.dp_size, step=step)  # updates, cuts, LR
     with timer.phase("update"):                                              # 9. policy update
-        m.update(update_policy(batch, run.actor, cfg, n=n, dp_size=ctx.dp_size, step=step))
+        m.update(update_policy(batch, run.actor, plan))
     release_cached_memory(ctx.device)                                        # GPU: the activation peak
     with timer.phase("refit"):                                               # weights -> engine
         m.update(refit(run.engine, run.actor))

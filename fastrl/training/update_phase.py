@@ -6,21 +6,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, cast
 
 from fastrl.batch import PolicyBatch
-from fastrl.config import RunConfig
 from fastrl.distributed.dp_pruning import concat_batches
 from fastrl.models import logprobs as lp_ops
 from fastrl.models.provider import export_hf_weights
-from fastrl.training.geometry import (
-    equal_micro_batches,
-    free_geometry,
-    lr_positions,
-    mini_batch_sizes,
-    rank_mini_batch_rows,
-    token_micro_batches,
-    update_shares,
-    updates_per_pass,
-    updates_per_step_estimate,
-)
+from fastrl.training.geometry import UpdatePlan, token_micro_batches
 from fastrl.training.rollout_batch import padding_rows
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -79,49 +68,33 @@ def add_log_probs(
     return batch.with_tensors(**added), lp_ops.reduce_mismatch_metrics(mismatch)
 
 
-def update_policy(batch: PolicyBatch, actor: "Actor", cfg: RunConfig, *, n: int, dp_size: int, step: int) -> Metrics:
-    """``algorithm.ppo_epochs`` passes over this rank's rows of RL step ``step`` (1-based); returns
-    the mean of each update metric and ``actor/updates``.
-
-    The LR schedule is set on the RL step (:func:`~fastrl.training.geometry.lr_positions`): the
-    ``u`` updates of the step share its ``U = updates_per_step_estimate`` schedule units equally,
-    so the step ends at ``step x U`` and the run's last step at the horizon, however many
-    updates the geometry makes (``u = U`` unless pruning or short ranks reduce it).
-
-    Mini-batch geometry: one optimizer update per mini-batch
-    (:func:`~fastrl.training.geometry.mini_batch_sizes`), micro-batches of
-    ``parallel.micro_batch_size``. Free geometry: :func:`~fastrl.training.geometry.updates_per_pass`
-    updates per pass over equal shares (:func:`~fastrl.training.geometry.update_shares`), each cut
-    into micro-batches by ``trainer.micro_batch_tokens``
-    (:func:`~fastrl.training.geometry.token_micro_batches`).
+def update_policy(batch: PolicyBatch, actor: "Actor", plan: UpdatePlan) -> Metrics:
+    """``plan.passes`` passes over this rank's rows, one optimizer update per entry of
+    ``plan.update_rows`` (its micro-batch cut and LR position from the plan,
+    :func:`~fastrl.training.geometry.plan_update`); returns the mean of each update metric and
+    ``actor/updates``.
 
     Every DP rank must run the same number of updates (the gradient all-reduce); the kept count is
-    a multiple of dp_size, so every rank holds the same number of rows and computes the same shares
+    a multiple of dp_size, so every rank holds the same number of rows and plans the same updates
     (and the same LR positions).
 
     Raises:
-        ValueError: ``step < 1``.
+        ValueError: the plan's rows are not the batch's.
     """
-    mbs = cfg.parallel.micro_batch_size
-    if free_geometry(cfg):
-        per = update_shares(len(batch), updates_per_pass(cfg), mbs if equal_micro_batches(cfg) else 1)
-    else:
-        per = mini_batch_sizes(len(batch), rank_mini_batch_rows(cfg, dp_size, n), mbs)
-    positions = iter(lr_positions(step, len(per) * cfg.algorithm.ppo_epochs, updates_per_step_estimate(cfg)))
+    if sum(plan.update_rows) != len(batch):
+        raise ValueError(f"the update plan covers {sum(plan.update_rows)} rows, the batch holds {len(batch)}")
+    positions = iter(plan.lr_positions)
     collected: dict[str, list[float]] = {}
-    for _ in range(cfg.algorithm.ppo_epochs):
+    for _ in range(plan.passes):
         start = 0
-        for size in per:
+        for size, micro in zip(plan.update_rows, plan.micro_batches):
             part = batch.select(range(start, start + size))
-            micro = None
-            if not equal_micro_batches(cfg):
-                micro = token_micro_batches(part.lengths, cfg.trainer.micro_batch_tokens, mbs)
-            out = actor.update(part, micro_sizes=micro, lr_position=next(positions))
+            out = actor.update(part, micro_sizes=None if micro is None else list(micro), lr_position=next(positions))
             start += size
             for k, v in out.items():
                 collected.setdefault(k, []).append(v)
     m = {k: sum(v) / len(v) for k, v in collected.items()}
-    m["actor/updates"] = float(len(per) * cfg.algorithm.ppo_epochs)
+    m["actor/updates"] = float(plan.updates)
     return m
 
 

@@ -304,7 +304,7 @@ def _run_step_tail(step_module, run, monkeypatch, stop):
     cache release and the refit are what is recorded)."""
     import dataclasses
 
-    batch = types.SimpleNamespace()
+    batch = types.SimpleNamespace(lengths=[])
     scored = types.SimpleNamespace()
     outcome = types.SimpleNamespace(kept_per_group={})
     monkeypatch.setattr(step_module, "group_size", lambda cfg, ars: 2)
@@ -322,6 +322,8 @@ def _run_step_tail(step_module, run, monkeypatch, stop):
     monkeypatch.setattr(step_module, "add_log_probs", lambda b, *a, **k: run.ctx.__dict__.setdefault("lp", 1) and (b, {}))
     monkeypatch.setattr(step_module, "check_rollout_mismatch", lambda *a, **k: None)
     monkeypatch.setattr(step_module, "equal_micro_batches", lambda cfg: True)
+    monkeypatch.setattr(step_module, "kept_geometry", lambda *a: None)
+    monkeypatch.setattr(step_module, "plan_update", lambda *a, **k: None)
     cfg = types.SimpleNamespace(
         rollout=types.SimpleNamespace(mismatch_tolerance=1.0), parallel=types.SimpleNamespace(micro_batch_size=1),
         trainer=types.SimpleNamespace(epochs=1, micro_batch_tokens=0), precision=types.SimpleNamespace(mode="bf16"),

@@ -37,13 +37,34 @@ def test_free_and_mini_batch_geometry_multiples():
     assert cfg.pruning.refill_to == "free"  # the default
     assert get_recipe("easyvqa_tiny_fastrl_refill_grpo_cpu").pruning.refill_to == "mini_batch"  # the paper's
     assert G.refill_multiple(cfg, 1, 8) == 1 and G.refill_multiple(cfg, 4, 8) == 4
-    assert G.whole_micro_batches(cfg, 2) == 2
+    assert G.kept_unit(cfg, 2) == 2
     assert G.updates_per_pass(cfg) == cfg.rollout.prompts_per_step // cfg.trainer.mini_batch_prompts
     old = dataclasses.replace(cfg, pruning=dataclasses.replace(cfg.pruning, refill_to="mini_batch"))
     assert G.refill_multiple(old, 1, 8) == cfg.update_multiple(1, n=8)
-    assert G.whole_micro_batches(old, 2) == 2 * cfg.parallel.micro_batch_size
+    assert G.kept_unit(old, 2) == 2 * cfg.parallel.micro_batch_size
     pp = dataclasses.replace(cfg, parallel=dataclasses.replace(cfg.parallel, pipeline_model_parallel_size=2))
     assert G.equal_micro_batches(pp) and G.kept_multiple(pp, 2) == 2 * cfg.parallel.micro_batch_size
+
+
+def test_update_plan_of_a_step():
+    import dataclasses
+
+    from recipes.registry import get_recipe
+
+    cfg = get_recipe("easyvqa_tiny_fastrl_grpo_cpu")  # 32 prompts / 16 per mini-batch: 2 updates, micro 16
+    budget = dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, micro_batch_tokens=10))
+    plan = G.plan_update(budget, [4, 4, 4, 9, 3], n=8, dp_size=1, step=3)
+    assert plan.update_rows == (3, 2) and plan.micro_batches == ((2, 1), (1, 1)) and plan.updates == 2
+    assert plan.lr_positions == (5, 6)  # step 3 of U = 2 units per step ends at 6
+    # no token budget: micro-batches of parallel.micro_batch_size rows (the last shorter)
+    assert G.plan_update(cfg, [5] * 20, n=8, dp_size=1, step=1).micro_batches == ((10,), (10,))
+    # the paper's mini-batch geometry: one update per mini-batch of 16 prompts x n / dp rows,
+    # equal micro-batches (None: parallel.micro_batch_size rows each)
+    paper = dataclasses.replace(cfg, pruning=dataclasses.replace(cfg.pruning, refill_to="mini_batch"))
+    plan = G.plan_update(paper, [5] * 128, n=8, dp_size=1, step=1)
+    assert plan.update_rows == (128,) and plan.micro_batches == (None,) and plan.lr_positions == (2,)
+    ppo = dataclasses.replace(cfg, algorithm=dataclasses.replace(cfg.algorithm, ppo_epochs=2))
+    assert G.plan_update(ppo, [5] * 4, n=8, dp_size=1, step=1).lr_positions == (1, 2, 3, 4)
 
 
 @pytest.mark.parametrize("method", ["pods", "zero_adv_skip", "fastrl_unbiased", "greso", "cppo", "random"])
