@@ -136,22 +136,27 @@ def test_only_finished_runs_reach_the_tables(tmp_path, capsys):
 
 
 @pytest.mark.functional
-@pytest.mark.long(240)
-@pytest.mark.timeout(1200)
+@pytest.mark.long(90)
+@pytest.mark.timeout(900)
 def test_quick_mode_writes_the_table_and_plots(tmp_path):
+    # One base and its FastRL row: every table, the cost-model check and every plot are made from
+    # them (the other algorithm families train in tests/functional/test_algorithms_run.py).
     env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = subprocess.run(
-        [sys.executable, "bench/algorithms.py", "--quick", "--steps", "4", "--threads", "1", "--out", str(tmp_path)],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=1150,
+        [sys.executable, "bench/algorithms.py", "--quick", "--recipes", "grpo,fastrl_grpo", "--steps", "4",
+         "--threads", "1", "--out", str(tmp_path)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=850,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    entries = [BY_LABEL["grpo"], BY_LABEL["fastrl_grpo"]]
     md = (tmp_path / "algorithms.md").read_text()
-    for entry in QUICK_FAMILY:
+    for entry in entries:
         assert f"| {entry.title} |" in md
     with open(tmp_path / "algorithms.csv") as f:
-        assert [r["label"] for r in csv.DictReader(f)] == [e.label for e in QUICK_FAMILY]
+        assert [r["label"] for r in csv.DictReader(f)] == [e.label for e in entries]
     rows = json.loads((tmp_path / "algorithms.json").read_text())["rows"]
-    assert len(rows) == 8
+    assert [r["seeds"] for r in rows] == [1, 1] and rows[1]["speedup"] > 0
+    assert rows[1]["kept_fraction"] < 1.0 == rows[0]["kept_fraction"]  # the FastRL row pruned, GRPO did not
     assert "## GRPO + FastRL (weighted MDAP + ARS)" in (tmp_path / "cost_model_check.md").read_text()
     for name in ("accuracy_vs_time.png", "time_breakdown.png", "ars_n.png"):
         assert (tmp_path / "plots" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
