@@ -84,7 +84,7 @@ from fastrl.rollout.engine import (
     normalize_group_sizes,
 )
 from fastrl.rollout.engine_log import log_error_excerpt
-from fastrl.rollout.refit_transport import make_transport, remove_stale_dirs, transport_for_device
+from fastrl.rollout.refit_transport import make_transport, owned_temp_dir, remove_stale_dirs, transport_for_device
 
 logger = logging.getLogger("fastrl.rollout")
 
@@ -198,7 +198,7 @@ class EngineProcessClient:
         }
         self._env = dict(env or {})
         remove_stale_dirs(Path(tempfile.gettempdir()), "fastrl-engine")  # left by SIGKILLed trainers
-        self._workdir = Path(tempfile.mkdtemp(prefix=f"fastrl-engine-{os.getpid()}-"))
+        self._workdir = owned_temp_dir("fastrl-engine")
         self.log_path = Path(log_path) if log_path else self._workdir / "engine.log"
         self.transport = make_transport(transport, bucket_bytes, skip_after_first=skip_after_first)
         self.weight_version = 0

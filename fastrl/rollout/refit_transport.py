@@ -139,20 +139,47 @@ def _load_request(buckets: list[tuple[str, list[Entry]]], sums: bool = True) -> 
     return {"op": "load_weights", "buckets": buckets, "sums": sums}
 
 
+def owner_tag() -> str:
+    """``<pid>@<machine>``: the process, and a digest of its host name and PID namespace, that own
+    a temporary directory; ``-`` free, so it is one field of ``<prefix>-<tag>-XXXX``."""
+    import hashlib
+    import socket
+
+    try:
+        namespace = str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        namespace = "?"
+    machine = hashlib.sha1(f"{socket.gethostname()}:{namespace}".encode()).hexdigest()[:10]
+    return f"{os.getpid()}@{machine}"
+
+
+def owned_temp_dir(prefix: str, base: Path | None = None) -> Path:
+    """A new directory ``<base>/<prefix>-<owner_tag>-XXXX`` (base: the temporary directory)."""
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}-{owner_tag()}-", dir=base))
+
+
 def remove_stale_dirs(base: Path, prefix: str) -> list[Path]:
-    """Remove ``<prefix>-<pid>-*`` directories under ``base`` whose trainer process ``pid`` no longer
-    runs (a trainer killed with SIGKILL cannot remove its own); returns what was removed. Nothing is
-    removed where ``/proc`` is missing (no way to tell a live process).
+    """Remove the ``<prefix>-<pid>@<machine>-*`` directories (:func:`owned_temp_dir`) under
+    ``base`` that this host and PID namespace own and whose process ``pid`` no longer runs (a
+    trainer killed with SIGKILL cannot remove its own); returns what was removed.
+
+    A directory of another host or PID namespace is never touched (a shared ``TMPDIR``, or a
+    container whose processes this one cannot see: its ``pid`` says nothing here), nor one whose
+    name carries no owner (written by an older version), nor anything where ``/proc`` is missing
+    (no way to tell a live process).
 
     Used for the refit files (``fastrl-refit``) and the engine process's work directory
     (``fastrl-engine``: its spec and log).
     """
     import shutil
 
+    if not Path("/proc/self").exists():
+        return []
+    machine = owner_tag().split("@")[1]
     removed = []
-    for d in base.glob(f"{prefix}-*-*"):
-        pid = d.name.split("-")[2]
-        if not pid.isdigit() or Path(f"/proc/{pid}").exists() or not Path("/proc/self").exists():
+    for d in base.glob(f"{prefix}-*@*-*"):
+        pid, _, owner = d.name[len(prefix) + 1:].split("-")[0].partition("@")
+        if not pid.isdigit() or owner != machine or Path(f"/proc/{pid}").exists():
             continue
         shutil.rmtree(d, ignore_errors=True)
         removed.append(d)
@@ -177,7 +204,7 @@ class SharedMemoryTransport:
             raise ValueError(f"bucket_bytes must be >= 1, got {bucket_bytes}")
         base = Path(directory) if directory else (Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir()))
         remove_stale_dirs(base, "fastrl-refit")
-        self.dir = Path(tempfile.mkdtemp(prefix=f"fastrl-refit-{os.getpid()}-", dir=base))
+        self.dir = owned_temp_dir("fastrl-refit", base)
         self.bucket_bytes = bucket_bytes
         self.skip_after_first = skip_after_first
         self.live: list[_BucketFile] = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from fastrl.rollout.engine_log import error_excerpt, log_error_excerpt
-from fastrl.rollout.refit_transport import remove_stale_dirs
+from fastrl.rollout.refit_transport import owned_temp_dir, owner_tag, remove_stale_dirs
 
 TRACEBACK_THEN_WARNING = """\
 INFO 12-03 loading weights
@@ -47,11 +47,18 @@ def test_log_file_excerpt(tmp_path):
 def test_work_dirs_of_dead_trainers_are_removed(tmp_path):
     # Breakage caught: an engine work directory named without the trainer's pid (fastrl-engine-XXXX)
     # or never swept: each SIGKILLed trainer left one behind for good.
+    machine = owner_tag().split("@")[1]
     for prefix in ("fastrl-refit", "fastrl-engine"):
-        dead = tmp_path / f"{prefix}-999999999-abc"
+        dead = tmp_path / f"{prefix}-999999999@{machine}-abc"
         dead.mkdir()
         (dead / "engine.log").write_text("x")
-        alive = tmp_path / f"{prefix}-{os.getpid()}-abc"
-        alive.mkdir()
+        alive = owned_temp_dir(prefix, tmp_path)
+        assert alive.name.startswith(f"{prefix}-{os.getpid()}@{machine}-")
+        # Breakage caught: a sweep by pid alone deleted a live engine's directory of another node
+        # sharing TMPDIR, or of a container whose processes /proc here does not show
+        other_host = tmp_path / f"{prefix}-999999999@0123456789-abc"
+        other_host.mkdir()
+        unowned = tmp_path / f"{prefix}-999999999-abc"  # an older version's name: nothing says whose
+        unowned.mkdir()
         assert remove_stale_dirs(tmp_path, prefix) == [dead]
-        assert not dead.exists() and alive.exists()
+        assert not dead.exists() and alive.exists() and other_host.exists() and unowned.exists()
