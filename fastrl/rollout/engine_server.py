@@ -350,6 +350,34 @@ def check_environment(spec: dict) -> dict | None:
     return None
 
 
+def check_gpus(spec: dict) -> dict | None:
+    """A start-up refusal, or None: an engine with ``tensor_parallel_size = t > 1`` must see the
+    ``t`` GPUs its ``CUDA_VISIBLE_DEVICES`` names. A launcher that confines each task's processes to
+    its own GPU (Slurm ``--gpus-per-task=1`` with a device cgroup, ``ConstrainDevices=yes``) lets
+    the engine, a child of one task, open only that task's GPU: CUDA then counts fewer devices (or
+    fails to start), and vLLM's workers would fail later with a less clear error."""
+    tp = int(spec["llm_kwargs"].get("tensor_parallel_size", 1) or 1)
+    if tp <= 1:
+        return None
+    import torch
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    try:
+        seen = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        problem = None if seen >= tp else f"sees {seen}"
+    except Exception as err:  # noqa: BLE001 - CUDA could not start: the same cause, reported
+        problem = f"cannot start CUDA ({type(err).__name__}: {err})"
+    if problem is None:
+        return None
+    return wire.error_reply(
+        f"the rollout engine (rollout.engine_tensor_parallel_size={tp}) was given GPUs CUDA_VISIBLE_DEVICES={visible} "
+        f"but {problem}: the launcher confines each task to its own GPU (Slurm --gpus-per-task with a device "
+        "cgroup). Launch with --gpus-per-node=G --ntasks-per-node=G, so that every task can open its node's GPUs "
+        "(slurm/train.sbatch, docs/slurm.md), or set rollout.engine_tensor_parallel_size=1",
+        "environment",
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--fd", type=int, required=True)
@@ -359,7 +387,7 @@ def main() -> None:
     die_with_parent(args.parent_pid)
     sock = socket.socket(fileno=args.fd)
     spec = json.loads(Path(args.spec).read_text())
-    refusal = check_environment(spec)
+    refusal = check_environment(spec) or check_gpus(spec)
     if refusal is not None:
         wire.send_message(sock, refusal)
         sys.exit(3)

@@ -256,6 +256,22 @@ def test_only_the_model_parallel_source_builds_an_engine_seeing_its_tp_groups_gp
     peer.sleep(), peer.wake()  # no engine: nothing to do
 
 
+@pytest.mark.parametrize(("count", "refused"), [(8, False), (1, True)])
+def test_a_tp_engine_confined_to_one_gpu_is_refused_at_start_up(monkeypatch, count, refused):
+    # Breakage caught: under --gpus-per-task=1 with a device cgroup the engine process, a child of
+    # the source rank's task, can open only that task's GPU although CUDA_VISIBLE_DEVICES names the
+    # eight of its model-parallel group; vLLM's TP workers then failed deep inside their start-up.
+    module = _server_module(monkeypatch)
+    FakeCuda(device_count=count, visible="0,1,2,3,4,5,6,7").install(monkeypatch)
+    reply = module.check_gpus({"llm_kwargs": {"tensor_parallel_size": 8}})
+    if not refused:
+        assert reply is None
+        return
+    assert not reply["ok"] and "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 but sees 1" in reply["error"]
+    assert "--gpus-per-node=G --ntasks-per-node=G" in reply["error"]
+    assert module.check_gpus({"llm_kwargs": {"tensor_parallel_size": 1}}) is None  # one GPU: its own
+
+
 # ---- item 3: the trainer gives its cached memory back before the refit ---------------------------
 
 
