@@ -16,8 +16,9 @@ _THINKING_FORMAT = re.compile(r"<thinking>.*</thinking>.*\\boxed\{.*\}.*", re.DO
 # Box commands whose content is the final answer: \boxed{..} and the variants models emit
 # (\boxed {..}, \fbox{..}, \framebox[2cm]{..}, \bbox[border]{..}, \colorbox{c}{..}); a { ends the match.
 _BOX_OPEN = re.compile(r"\\(boxed|fbox|framebox|bbox|colorbox\{[^{}]*\})\s*(?:\[[^\]]*\]\s*)*\{")
-# \boxed 12: the brace-less form of the MATH solutions (one token, up to a space or $).
-_BOX_BARE = re.compile(r"\\boxed[ \t]+([^\s{}$]+)")
+# \boxed 12: the brace-less form of the MATH solutions (one token, up to a space or $), or
+# \boxed \frac{1}{2}: a command token, whose brace groups follow (read by _command_with_groups).
+_BOX_BARE = re.compile(r"\\boxed[ \t]+(\\[A-Za-z]+|[^\s{}$\\]+)")
 
 
 def has_thinking_format(response: str) -> bool:
@@ -35,12 +36,30 @@ def format_score(response: str) -> float:
     return FORMAT_SCORE if has_thinking_format(response) else 0.0
 
 
+def _command_with_groups(text: str, end: int, command: str) -> str | None:
+    """``command`` and the balanced brace groups that follow it in ``text`` from ``end`` (``\\frac``
+    then ``{1}{2}``); None when a group is never closed."""
+    out, i = command, end
+    while i < len(text) and text[i] == "{":
+        depth, j = 0, i
+        while j < len(text):
+            depth += {"{": 1, "}": -1}.get(text[j], 0)
+            if depth == 0:
+                break
+            j += 1
+        if j == len(text):
+            return None
+        out, i = out + text[i : j + 1], j + 1
+    return out
+
+
 def last_boxed_content(text: str) -> str | None:
     """Content of the last box in ``text``, brace-balanced and stripped; ``None`` when there is none.
 
     A box is ``\\boxed{...}`` or a variant that models emit for their final answer: ``\\boxed {...}``,
     ``\\fbox{...}``, ``\\framebox[...]{...}``, ``\\bbox[...]{...}``, ``\\colorbox{c}{...}``, and the
-    brace-less ``\\boxed 12`` of MATH solutions (one token, up to a space or $). The last box by
+    brace-less ``\\boxed 12`` of MATH solutions (one token, up to a space or $; a command token with
+    the brace groups after it: ``\\boxed \\frac{1}{2}`` gives ``\\frac{1}{2}``). The last box by
     position wins; ``\\boxed{\\frac{1}{2}}`` gives ``\\frac{1}{2}``. A last box that is never closed
     gives ``None`` (an unfinished answer is no answer). The format reward of spec section 5 still
     requires ``\\boxed{`` itself (:func:`has_thinking_format`).
@@ -50,7 +69,8 @@ def last_boxed_content(text: str) -> str | None:
     last_open = opened[-1] if opened else None
     last_bare = bare[-1] if bare else None
     if last_bare is not None and (last_open is None or last_bare.start() > last_open.start()):
-        return last_bare.group(1).strip()
+        token = last_bare.group(1)
+        return _command_with_groups(text, last_bare.end(), token) if token.startswith("\\") else token.strip()
     if last_open is None:
         return None
     depth = 0

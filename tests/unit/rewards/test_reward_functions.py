@@ -35,6 +35,11 @@ from fastrl.rewards.quantities import evaluate_expression, parse_quantity, quant
         ("\\fbox{12} then \\boxed 5.", "5."),
         ("\\fbox{12} then \\boxed{5", None),
         ("\\boxedx{12}", None),
+        # a brace-less box around a command reads its brace groups (a token reader gave "\\frac")
+        ("$\\boxed \\frac{1}{2}$", "\\frac{1}{2}"),
+        ("\\boxed \\sqrt{\\frac{a}{b}} then", "\\sqrt{\\frac{a}{b}}"),
+        ("\\boxed \\pi", "\\pi"),
+        ("\\boxed \\frac{1}{2", None),
     ],
 )
 def test_last_boxed_content(text, expected):
