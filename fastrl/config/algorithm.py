@@ -55,9 +55,10 @@ class RolloutConfig:
     )
     suppress_special_tokens: bool = doc(
         True,
-        "Never sample bos, pad, unk or padded-vocabulary tokens. Vision tokens (image/video "
-        "placeholders, vision start/end/pad) are never sampled whatever this setting: a response "
-        "holding an image placeholder cannot be scored by the policy's forward pass.",
+        "Never sample bos, pad or unk tokens. Vision tokens (image/video placeholders, vision "
+        "start/end/pad) and the padded vocabulary's ids (no token of the tokenizer) are never "
+        "sampled whatever this setting: a response holding an image placeholder cannot be scored "
+        "by the policy's forward pass, and both engines sample only the tokenizer's ids.",
     )
     keep_rollout_budget_constant: bool = doc(
         False,

@@ -144,9 +144,10 @@ def suppressed_token_ids(config: Any, tokenizer: Any, *, special_tokens: bool = 
     Vision tokens (image/video placeholders, vision start/end/pad) always: a response holding one
     cannot be scored, since the policy's forward pass pairs every image placeholder with image
     features ("Image features and image tokens do not match"). With ``special_tokens``
-    (``rollout.suppress_special_tokens``, the default) also the bos, pad and unk tokens and the ids
-    of the padded model vocabulary that the tokenizer does not have
-    (``len(tokenizer) <= id < vocab_size``). A stop token that is also in this set (Qwen's
+    (``rollout.suppress_special_tokens``, the default) also the bos, pad and unk tokens. The ids of
+    the padded model vocabulary that the tokenizer does not have (``len(tokenizer) <= id <
+    vocab_size``) always: they are no token (nothing to decode), and the vLLM engine, whose allowed
+    set is the tokenizer's ids, cannot sample them either. A stop token that is also in this set (Qwen's
     ``<|endoftext|>`` is pad and eos) is never sampled; responses then end with the chat
     end-of-turn token.
     """
@@ -158,6 +159,7 @@ def suppressed_token_ids(config: Any, tokenizer: Any, *, special_tokens: bool = 
             ids.add(int(value))
     vocab = tokenizer.get_vocab()
     ids.update(vocab[t] for t in _VISION_TOKENS if t in vocab)
+    ids.update(range(len(tokenizer), text_config.vocab_size))
     if not special_tokens:
         return sorted(i for i in ids if 0 <= i < text_config.vocab_size)
     for value in (
@@ -166,7 +168,6 @@ def suppressed_token_ids(config: Any, tokenizer: Any, *, special_tokens: bool = 
     ):
         if isinstance(value, int):
             ids.add(value)
-    ids.update(range(len(tokenizer), text_config.vocab_size))
     return sorted(i for i in ids if 0 <= i < text_config.vocab_size)
 
 

@@ -222,6 +222,28 @@ def test_text_only_model_and_chunked_batches(tmp_path):
         engine.generate([RolloutPrompt("what?", (object(),))], 1, params())
 
 
+def test_padded_vocabulary_ids_are_suppressed_whatever_the_setting():
+    # Breakage caught: with rollout.suppress_special_tokens=false the Hugging Face engine could
+    # sample the padded vocabulary's ids (no token: nothing to decode) where the vLLM engine, whose
+    # allowed set is the tokenizer's ids, could not: two engines, two samplers.
+    from types import SimpleNamespace
+
+    from fastrl.rollout.hf_engine import suppressed_token_ids
+
+    class Tok:
+        bos_token_id, pad_token_id, unk_token_id = 0, 1, None
+
+        def __len__(self):
+            return 6
+
+        def get_vocab(self):
+            return {"<s>": 0, "<pad>": 1, "a": 2, "b": 3, "c": 4, "<|image_pad|>": 5}
+
+    config = SimpleNamespace(vocab_size=8, bos_token_id=0, pad_token_id=1)
+    assert suppressed_token_ids(config, Tok(), special_tokens=False) == [5, 6, 7]
+    assert suppressed_token_ids(config, Tok(), special_tokens=True) == [0, 1, 5, 6, 7]
+
+
 def test_vision_tokens_are_never_sampled_even_without_special_token_suppression(tiny_vl_dir, easy_vqa_prompts):
     # rollout.suppress_special_tokens=false: bos / pad / unk become sampleable, vision tokens never.
     # The output layer is biased so that the image placeholder is the most likely token. Breakage
