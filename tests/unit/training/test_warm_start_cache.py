@@ -5,6 +5,7 @@ import threading
 
 from fastrl.config import WarmStartConfig
 from fastrl.data import Record
+from fastrl.models.cache_lock import exclusive_lock
 from fastrl.training import warm_start
 from fastrl.training.warm_start import run_warm_start, warm_start_key
 
@@ -36,7 +37,7 @@ def test_a_caller_waits_while_another_process_holds_the_key(tmp_path):
     cfg = WarmStartConfig()
     base, root, key = _finished_entry(tmp_path, cfg)
     results = []
-    with warm_start._exclusive(root / f".{key}.lock"):  # a builder holding the key (flock: per open file)
+    with exclusive_lock(root / f".{key}.lock"):  # a builder holding the key (flock: per open file)
         caller = threading.Thread(
             target=lambda: results.append(run_warm_start(base, root, RECORDS, cfg, template="tpl", image_size=56, seed=3))
         )
