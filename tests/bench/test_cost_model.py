@@ -107,17 +107,16 @@ def test_shape_validation_names_the_value():
         StepShape(prompts_per_step=4, n=8, prompt_tokens=1, response_tokens=1, dp_size=0)
 
 
-def test_scaling_table_reproduces_the_paper_base_step():
-    text, results = scaling_table()
-    assert results[PAPER_7B.name]["GRPO"] == pytest.approx(sum(PAPER_GRPO_PHASES.values()))
-    fast = results[PAPER_7B.name]["FastRL (exact)"]
-    # the paper's FastRL step is 250 s; the model differs only by prefill not shrinking with n
-    assert 245 < fast < 255
-    # 72B on 64 GPUs: 73.4/8.3 x the FLOPs on 16x the GPUs at equal efficiency
-    assert results[LARGE_72B.name]["GRPO"] == pytest.approx(
-        sum(PAPER_GRPO_PHASES.values()) * (73.4 / 8.3) / 16, rel=1e-3
-    )
-    assert "| 7B / 4x H20 (DP4) | GRPO |" in text
+def test_scaling_table_scales_the_calibrated_step_by_flops_per_gpu():
+    # The 7B rows are calibrated on the paper's own phases (what calibration returns is checked in
+    # test_calibration_reproduces_the_measured_seconds), and its FastRL row on pruning implied by
+    # the paper's FastRL phases: asserting either against the paper would restate the fit. What the
+    # table adds is the extrapolation: at equal efficiency a 72B step on 64 GPUs costs the 7B step x
+    # 73.4 / 8.3 FLOPs / 16 GPUs. Breakage caught: a layout's data-parallel size or GPU count
+    # taken wrong (e.g. dp = gpus), or the FLOPs per token not scaled with the parameter count.
+    _, results = scaling_table()
+    for row in ("GRPO", "FastRL (exact)"):
+        assert results[LARGE_72B.name][row] == pytest.approx(results[PAPER_7B.name][row] * (73.4 / 8.3) / 16, rel=2e-2)
 
 
 BASE = {"time/gen": 2.0, "time/reward": 0.5, "time/old": 1.0, "time/ref": 0.5, "time/update": 3.0, "time/refit": 0.2,
