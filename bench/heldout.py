@@ -30,6 +30,12 @@ median.
 A finished run with the same arguments is reused (an interrupted benchmark continues where it
 stopped); a partly trained one resumes from its checkpoint, and its end-to-end time is then left
 out (it is not one process's).
+
+Re-timing (``--retime 1:grpo``): a run whose timing other work on the machine disturbed (its
+``bench_run.json`` load average and CPU share tell) is trained again into
+``seed<S>/retime/<recipe>``; the runs are deterministic, so the second must compute exactly what the
+first did (every metric but times, :func:`same_computation`; checked, else an error), and the report
+then takes its times (marked ``retimed`` in the order table).
 """
 
 from __future__ import annotations
@@ -157,6 +163,50 @@ def measure(run_dir: Path) -> dict:
     return out
 
 
+def is_time_metric(key: str) -> bool:
+    """Whether a metric measures time (or a rate per second), not what a run computed."""
+    return key.startswith("time/") or key.endswith(("time_s", "_per_s", "wall_time")) or "seconds" in key
+
+
+def same_computation(a: list[dict], b: list[dict]) -> str | None:
+    """None when the metric records ``a`` and ``b`` (``metrics.jsonl`` lines) agree on every key
+    that is not a time (:func:`is_time_metric`); else the first difference, as text."""
+    def strip(records: list[dict]) -> list[dict]:
+        return [{k: v for k, v in r.items() if not is_time_metric(k)} for r in records]
+
+    left, right = strip(a), strip(b)
+    if len(left) != len(right):
+        return f"{len(left)} records against {len(right)}"
+    for x, y in zip(left, right):
+        if x != y:
+            key = next(k for k in sorted(set(x) | set(y)) if x.get(k) != y.get(k))
+            return f"step {x.get('step')} ({x.get('kind')}): {key} = {x.get(key)!r} against {y.get(key)!r}"
+    return None
+
+
+def _records(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def retime(row: Row, seed_dir: Path, overrides: list[str], *, threads: int, timeout: float) -> Path:
+    """Train ``row`` again into ``seed_dir/retime`` and check it computed what the original did;
+    returns the retimed run directory (marked ``VERIFIED``).
+
+    Raises:
+        SystemExit: the original run is not finished, or the two runs computed different values.
+    """
+    original = seed_dir / row.recipe
+    if not (original / "FINISHED").exists():
+        raise SystemExit(f"heldout: --retime {row.label}: {original} is not a finished run")
+    out = seed_dir / "retime"
+    run_one(row, out, overrides, position=-1, threads=threads, timeout=timeout)
+    differs = same_computation(_records(original), _records(out / row.recipe))
+    if differs is not None:
+        raise SystemExit(f"heldout: the re-timed {out / row.recipe} computed other values than {original}: {differs}")
+    (out / row.recipe / "VERIFIED").write_text("the same values as the original run, other times\n")
+    return out / row.recipe
+
+
 def build_warm_start(seed_dir: Path, overrides: list[str], *, threads: int, timeout: float) -> None:
     """Build the seed's cached warm start (shared by every row of the seed: the recipes differ only
     after it) in a validation-only run of the GRPO recipe, so that no row's end-to-end time pays it."""
@@ -275,7 +325,8 @@ def markdown(summary: list[dict], per_seed: dict[int, dict[str, dict]], orders: 
         for label in orders[s]:
             info = per_seed[s].get(label, {}).get("bench_run", {})
             la = info.get("load_average_before"), info.get("load_average_after")
-            parts.append(label + (f" ({la[0][0]:.1f} -> {la[1][0]:.1f})" if la[0] and la[1] else ""))
+            parts.append(label + (f" ({la[0][0]:.1f} -> {la[1][0]:.1f})" if la[0] and la[1] else "")
+                         + (" (retimed)" if per_seed[s].get(label, {}).get("retimed") else ""))
         order.append(f"| {s} | {', '.join(parts)} |")
     return "\n".join([
         "# Held-out test benchmark (easy-vqa, tiny Qwen2.5-VL, CPU)", "",
@@ -298,6 +349,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=2, help="torch threads of each training process")
     p.add_argument("--timeout", type=float, default=4 * 3600, help="seconds one training run may take")
     p.add_argument("--report-only", action="store_true", help="only rebuild the report from finished runs")
+    p.add_argument("--retime", help="comma-separated SEED:ROW runs to train again for their times only "
+                   "(e.g. 1:grpo, a run other work on the machine slowed down); checked to compute the same values")
     p.add_argument("overrides", nargs="*", help="extra dotted key=value overrides for every run")
     args = p.parse_args(argv)
     if args.seeds < 1:
@@ -305,6 +358,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = [x for x in (args.rows or "").split(",") if x and x not in BY_LABEL]
     if unknown:
         p.error(f"unknown rows {unknown}; choose from {', '.join(BY_LABEL)}")
+    args.retime_runs = []
+    for item in (args.retime or "").split(","):
+        if not item:
+            continue
+        seed, _, label = item.partition(":")
+        if not seed.isdigit() or label not in BY_LABEL:
+            p.error(f"--retime takes SEED:ROW items (rows: {', '.join(BY_LABEL)}), got {item!r}")
+        args.retime_runs.append((int(seed), label))
     return args
 
 
@@ -324,11 +385,18 @@ def main(argv: list[str] | None = None) -> int:
             for position, label in enumerate(orders[s]):
                 run_one(BY_LABEL[label], seed_dir, [*overrides, *seed_overrides(s)], position=position,
                         threads=args.threads, timeout=args.timeout)
+    for s, label in args.retime_runs:
+        print(f"seed {s}: re-timing {label}", flush=True)
+        retime(BY_LABEL[label], args.out / f"seed{s}", [*overrides, *seed_overrides(s)], threads=args.threads,
+               timeout=args.timeout)
     per_seed: dict[int, dict[str, dict]] = {}
     for s in seeds:
         for r in rows:
             run_dir = args.out / f"seed{s}" / r.recipe
-            if (run_dir / "FINISHED").exists():
+            retimed = args.out / f"seed{s}" / "retime" / r.recipe
+            if (retimed / "VERIFIED").exists():
+                per_seed.setdefault(s, {})[r.label] = {**measure(retimed), "retimed": True}
+            elif (run_dir / "FINISHED").exists():
                 per_seed.setdefault(s, {})[r.label] = measure(run_dir)
     if not per_seed:
         raise SystemExit(f"heldout: no finished run under {args.out}")

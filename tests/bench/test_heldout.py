@@ -107,3 +107,18 @@ def test_a_run_without_a_final_test_evaluation_is_not_reported(tmp_path):
     out = measure(run_dir)
     assert out["test_accuracy"] == 0.7 and out["test_curve"] == [(2.0, 0.6), (4.0, 0.7)]
     assert out["end_to_end_s"] == 29.0  # the process's seconds without the final test evaluation
+
+
+def test_a_retimed_run_must_compute_what_the_original_did():
+    from bench.heldout import same_computation
+
+    a = [{"kind": "train", "step": 1, "reward/mean": 0.5, "time/gen": 1.0, "rollout/tokens_per_s": 9.0, "wall_time": 1.0},
+         {"kind": "test", "step": 1, "test/accuracy": 0.7, "test/accuracy_stderr": 0.01, "test/time_s": 3.0}]
+    slower = [{**a[0], "time/gen": 2.0, "rollout/tokens_per_s": 4.5, "wall_time": 9.0}, {**a[1], "test/time_s": 6.0}]
+    assert same_computation(a, slower) is None  # only times differ
+    # Breakage caught: a re-timed run that trained something else (another seed, code or data)
+    # would lend its times to the original's accuracy
+    other = [{**a[0], "reward/mean": 0.25}, a[1]]
+    assert same_computation(a, other) == "step 1 (train): reward/mean = 0.5 against 0.25"
+    assert same_computation(a, [{**a[0]}, {**a[1], "test/accuracy_stderr": 0.02}]).startswith("step 1 (test)")
+    assert same_computation(a, a[:1]) == "2 records against 1"
