@@ -16,9 +16,10 @@ _THINKING_FORMAT = re.compile(r"<thinking>.*</thinking>.*\\boxed\{.*\}.*", re.DO
 # Box commands whose content is the final answer: \boxed{..} and the variants models emit
 # (\boxed {..}, \fbox{..}, \framebox[2cm]{..}, \bbox[border]{..}, \colorbox{c}{..}); a { ends the match.
 _BOX_OPEN = re.compile(r"\\(boxed|fbox|framebox|bbox|colorbox\{[^{}]*\})\s*(?:\[[^\]]*\]\s*)*\{")
-# \boxed 12: the brace-less form of the MATH solutions (one token, up to a space or $), or
-# \boxed \frac{1}{2}: a command token, whose brace groups follow (read by _command_with_groups).
-_BOX_BARE = re.compile(r"\\boxed[ \t]+(\\[A-Za-z]+|[^\s{}$\\]+)")
+# \boxed 12: the brace-less form of the MATH solutions: what follows, up to a space or $ outside
+# braces (\boxed 2\pi, \boxed \frac{1}{2}, \boxed \frac {1}{2}; read by _bare_box_content).
+_BOX_BARE = re.compile(r"\\boxed[ \t]+(?=[^\s{}$])")
+_COMMAND_AT_END = re.compile(r"\\[A-Za-z]+$")
 
 
 def has_thinking_format(response: str) -> bool:
@@ -36,21 +37,29 @@ def format_score(response: str) -> float:
     return FORMAT_SCORE if has_thinking_format(response) else 0.0
 
 
-def _command_with_groups(text: str, end: int, command: str) -> str | None:
-    """``command`` and the balanced brace groups that follow it in ``text`` from ``end`` (``\\frac``
-    then ``{1}{2}``); None when a group is never closed."""
-    out, i = command, end
-    while i < len(text) and text[i] == "{":
-        depth, j = 0, i
-        while j < len(text):
-            depth += {"{": 1, "}": -1}.get(text[j], 0)
+def _bare_box_content(text: str, start: int) -> str | None:
+    """The brace-less box's content from ``start``: up to a space or ``$`` outside braces, brace
+    groups included, and a command's groups after spaces too (``\\frac {1}{2}``); None when a
+    group is never closed."""
+    i, depth = start, 0
+    while i < len(text):
+        char = text[i]
+        if depth == 0 and (char.isspace() or char == "$"):
+            j = i
+            while j < len(text) and text[j] in " \t":
+                j += 1
+            if char != "$" and j < len(text) and text[j] == "{" and _COMMAND_AT_END.search(text, start, i):
+                i = j
+                continue
+            break
+        if char == "{":
+            depth += 1
+        elif char == "}":
             if depth == 0:
                 break
-            j += 1
-        if j == len(text):
-            return None
-        out, i = out + text[i : j + 1], j + 1
-    return out
+            depth -= 1
+        i += 1
+    return None if depth else text[start:i].strip()
 
 
 def last_boxed_content(text: str) -> str | None:
@@ -58,8 +67,8 @@ def last_boxed_content(text: str) -> str | None:
 
     A box is ``\\boxed{...}`` or a variant that models emit for their final answer: ``\\boxed {...}``,
     ``\\fbox{...}``, ``\\framebox[...]{...}``, ``\\bbox[...]{...}``, ``\\colorbox{c}{...}``, and the
-    brace-less ``\\boxed 12`` of MATH solutions (one token, up to a space or $; a command token with
-    the brace groups after it: ``\\boxed \\frac{1}{2}`` gives ``\\frac{1}{2}``). The last box by
+    brace-less ``\\boxed 12`` of MATH solutions (up to a space or $ outside braces, brace groups
+    included: ``\\boxed 2\\pi`` gives ``2\\pi``, ``\\boxed \\frac{1}{2}`` gives ``\\frac{1}{2}``). The last box by
     position wins; ``\\boxed{\\frac{1}{2}}`` gives ``\\frac{1}{2}``. A last box that is never closed
     gives ``None`` (an unfinished answer is no answer). The format reward of spec section 5 still
     requires ``\\boxed{`` itself (:func:`has_thinking_format`).
@@ -69,8 +78,7 @@ def last_boxed_content(text: str) -> str | None:
     last_open = opened[-1] if opened else None
     last_bare = bare[-1] if bare else None
     if last_bare is not None and (last_open is None or last_bare.start() > last_open.start()):
-        token = last_bare.group(1)
-        return _command_with_groups(text, last_bare.end(), token) if token.startswith("\\") else token.strip()
+        return _bare_box_content(text, last_bare.end())
     if last_open is None:
         return None
     depth = 0

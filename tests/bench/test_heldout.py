@@ -3,6 +3,7 @@ split the rows were chosen on."""
 
 import json
 import math
+import statistics
 
 import pytest
 
@@ -61,10 +62,20 @@ def test_paired_interval_is_students_t():
     assert math.isnan(paired_interval([0.01])[1])
 
 
-def test_the_validation_split_is_refused():
+def test_the_validation_split_is_refused(tmp_path):
+    # Breakage caught: a report that read the validation records (kind 'val'), the split every
+    # setting was chosen on
     with pytest.raises(SystemExit, match="refusing to report on the 'val' split"):
-        check_reportable("val")
+        measure(tmp_path, split="val")
     check_reportable("test")
+
+
+def test_the_retime_rule_flags_runs_that_other_work_disturbed():
+    from bench.heldout import RETIME_OTHER_CORES, disturbed
+
+    assert not disturbed({"other_cores": 0.02})
+    assert disturbed({"other_cores": RETIME_OTHER_CORES + 0.01})
+    assert disturbed({})  # recorded without the measurement: cannot be shown undisturbed
 
 
 def _run(train: float, acc: float, e2e: float, curve=((10.0, 0.5), (20.0, 0.75), (30.0, 0.76))) -> dict:
@@ -84,9 +95,17 @@ def test_summary_pairs_each_seed_with_its_own_grpo_run():
     assert fast["train_speedup"] == pytest.approx([4.0, 3.0]) and fast["e2e_speedup"] == pytest.approx([2.0, 2.0])
     assert fast["diff_to_grpo"] == pytest.approx([-0.01, 0.01]) and fast["diff_mean"] == pytest.approx(0.0)
     assert fast["time_to_accuracy_s"] == [20.0, 20.0]
-    text = markdown([grpo, fast], per_seed, {1: [BASE, "fastrl_grpo"], 2: ["fastrl_grpo", BASE], 3: [BASE]})
-    assert "| GRPO + FastRL (default: weighted MDAP + ARS) | 2 | 3.50x ± 0.71x | 2.00x ± 0.00x | 77.00 ± 2.83 | +0.00 |" in text
-    assert "| 2 | fastrl_grpo, grpo |" in text
+    # geometric mean of 4x and 3x; t(1) interval of the mean log ratio
+    assert fast["train_speedup_mean"] == pytest.approx(math.sqrt(12.0))
+    half = 12.706 * statistics.stdev([math.log(4.0), math.log(3.0)]) / math.sqrt(2)
+    assert fast["train_speedup_ci95"] == pytest.approx([math.sqrt(12.0) * math.exp(-half), math.sqrt(12.0) * math.exp(half)])
+    for s, order in ((1, [BASE, "fastrl_grpo"]), (2, ["fastrl_grpo", BASE])):
+        for position, label in enumerate(order):
+            per_seed[s][label]["bench_run"] = {"position": position, "other_cores": 0.01}
+    text = markdown([grpo, fast], per_seed)
+    assert ("| GRPO + FastRL (default: weighted MDAP + ARS) | 2 | 3.46x [0.56, 21.54] | 2.00x [2.00, 2.00] | "
+            "77.00 ± 2.83 | +0.00 | [-12.71, +12.71] |") in text
+    assert "| 2 | fastrl_grpo (0; 0.01), grpo (1; 0.01) |" in text
 
 
 def test_a_run_without_a_final_test_evaluation_is_not_reported(tmp_path):
@@ -106,7 +125,7 @@ def test_a_run_without_a_final_test_evaluation_is_not_reported(tmp_path):
     (tmp_path / "seed1" / "easyvqa_tiny_grpo_cpu.bench_run.json").write_text(json.dumps({"process_seconds": 30.0}))
     out = measure(run_dir)
     assert out["test_accuracy"] == 0.7 and out["test_curve"] == [(2.0, 0.6), (4.0, 0.7)]
-    assert out["end_to_end_s"] == 29.0  # the process's seconds without the final test evaluation
+    assert out["end_to_end_s"] == 28.0  # the process's seconds without its two test evaluations
 
 
 def test_a_retimed_run_must_compute_what_the_original_did():

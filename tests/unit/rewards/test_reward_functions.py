@@ -40,6 +40,13 @@ from fastrl.rewards.quantities import evaluate_expression, parse_quantity, quant
         ("\\boxed \\sqrt{\\frac{a}{b}} then", "\\sqrt{\\frac{a}{b}}"),
         ("\\boxed \\pi", "\\pi"),
         ("\\boxed \\frac{1}{2", None),
+        # ... and keeps what follows a number (a reader stopping at the backslash gave "2": a
+        # false match of the answer 2)
+        ("\\boxed 2\\pi", "2\\pi"),
+        ("$\\boxed -\\frac{1}{2}$", "-\\frac{1}{2}"),
+        ("\\boxed 5\\%", "5\\%"),
+        ("\\boxed \\frac12", "\\frac12"),
+        ("\\boxed \\frac {1}{2} then", "\\frac {1}{2}"),
     ],
 )
 def test_last_boxed_content(text, expected):
