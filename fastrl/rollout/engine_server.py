@@ -350,20 +350,36 @@ def check_environment(spec: dict) -> dict | None:
     return None
 
 
-def check_gpus(spec: dict) -> dict | None:
+def visible_gpu_count() -> int:
+    """GPUs CUDA sees in this process's environment, counted in a child process: counting here
+    would start the CUDA driver in the engine process, whose forked vLLM workers then could not
+    use CUDA (vLLM counts the same way, ``cuda_device_count_stateless``).
+
+    Raises:
+        RuntimeError: the child could not count (CUDA failed to start there).
+    """
+    import subprocess
+
+    code = "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise RuntimeError((proc.stderr.strip().splitlines() or ["no output"])[-1])
+    return int(proc.stdout.strip().splitlines()[-1])
+
+
+def check_gpus(spec: dict, count=visible_gpu_count) -> dict | None:
     """A start-up refusal, or None: an engine with ``tensor_parallel_size = t > 1`` must see the
-    ``t`` GPUs its ``CUDA_VISIBLE_DEVICES`` names. A launcher that confines each task's processes to
-    its own GPU (Slurm ``--gpus-per-task=1`` with a device cgroup, ``ConstrainDevices=yes``) lets
-    the engine, a child of one task, open only that task's GPU: CUDA then counts fewer devices (or
-    fails to start), and vLLM's workers would fail later with a less clear error."""
+    ``t`` GPUs its ``CUDA_VISIBLE_DEVICES`` names (``count``: :func:`visible_gpu_count`). A
+    launcher that confines each task's processes to its own GPU (Slurm ``--gpus-per-task=1`` with a
+    device cgroup, ``ConstrainDevices=yes``) lets the engine, a child of one task, open only that
+    task's GPU: CUDA then counts fewer devices (or fails to start), and vLLM's workers would fail
+    later with a less clear error."""
     tp = int(spec["llm_kwargs"].get("tensor_parallel_size", 1) or 1)
     if tp <= 1:
         return None
-    import torch
-
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     try:
-        seen = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        seen = count()
         problem = None if seen >= tp else f"sees {seen}"
     except Exception as err:  # noqa: BLE001 - CUDA could not start: the same cause, reported
         problem = f"cannot start CUDA ({type(err).__name__}: {err})"

@@ -261,15 +261,28 @@ def test_a_tp_engine_confined_to_one_gpu_is_refused_at_start_up(monkeypatch, cou
     # Breakage caught: under --gpus-per-task=1 with a device cgroup the engine process, a child of
     # the source rank's task, can open only that task's GPU although CUDA_VISIBLE_DEVICES names the
     # eight of its model-parallel group; vLLM's TP workers then failed deep inside their start-up.
+    # The count runs in a child process, as the engine's own CUDA must stay unstarted before vLLM
+    # forks its workers: here that child sees the recording fake through the same torch.cuda call.
     module = _server_module(monkeypatch)
     FakeCuda(device_count=count, visible="0,1,2,3,4,5,6,7").install(monkeypatch)
-    reply = module.check_gpus({"llm_kwargs": {"tensor_parallel_size": 8}})
+    reply = module.check_gpus({"llm_kwargs": {"tensor_parallel_size": 8}}, count=torch.cuda.device_count)
     if not refused:
         assert reply is None
         return
     assert not reply["ok"] and "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 but sees 1" in reply["error"]
     assert "--gpus-per-node=G --ntasks-per-node=G" in reply["error"]
     assert module.check_gpus({"llm_kwargs": {"tensor_parallel_size": 1}}) is None  # one GPU: its own
+
+
+def test_the_engine_counts_its_gpus_in_a_child_process(monkeypatch):
+    # Breakage caught: counting with torch.cuda in the engine process starts the CUDA driver there,
+    # and vLLM's forked TP workers then cannot use CUDA. The real count, on this CPU machine: 0 GPUs,
+    # from a child (this process's torch.cuda, replaced by the fake, is not asked).
+    module = _server_module(monkeypatch)
+    FakeCuda(device_count=8).install(monkeypatch)
+    assert module.visible_gpu_count() == 0  # in this process the fake would say 8
+    reply = module.check_gpus({"llm_kwargs": {"tensor_parallel_size": 2}})
+    assert "but sees 0" in reply["error"]
 
 
 # ---- item 3: the trainer gives its cached memory back before the refit ---------------------------
