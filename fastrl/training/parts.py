@@ -143,7 +143,6 @@ def build_parts(cfg: RunConfig, ctx: ParallelContext, run_dir: Path) -> RunParts
         data_metrics={
             **train_split.report.as_metrics(),
             "data/val_prompts_filtered_too_long": val_split.report.prompts_filtered_too_long,
-            **({"data/test_prompts_filtered_too_long": test_split.report.prompts_filtered_too_long} if test_split else {}),
         },
         start_metrics=start_metrics, test=test,
     )
@@ -152,10 +151,13 @@ def build_parts(cfg: RunConfig, ctx: ParallelContext, run_dir: Path) -> RunParts
 def _filter_long_prompts(
     cfg: RunConfig, policy_dir: Path, train_split, val_split, test_split=None
 ) -> tuple[list[Record], list[Record], list[Record]]:
-    """``rollout.max_prompt_length`` at load: the training, validation and test records whose prompt
+    """``rollout.max_prompt_length`` at load: the training and validation records whose prompt
     (chat template and image tokens included, with the policy's tokenizer) fits; the counts go to
     the splits' reports (start-up metrics ``data/prompts_filtered_too_long``,
-    ``data/val_prompts_filtered_too_long``, ``data/test_prompts_filtered_too_long``) and the log."""
+    ``data/val_prompts_filtered_too_long``) and the log. Every held-out test record must fit.
+
+    Raises:
+        DataError: no training prompt fits, or a held-out test prompt does not."""
     from transformers import AutoTokenizer
 
     from fastrl.data import DataError
@@ -167,6 +169,13 @@ def _filter_long_prompts(
     val = filter_long_prompts_at_load(val_split.records, val_split.report, what="validation data", **common)
     test = (filter_long_prompts_at_load(test_split.records, test_split.report, what="test data", **common)
             if test_split is not None else [])
+    if test_split is not None and len(test) < len(test_split.records):
+        raise DataError(
+            f"{len(test_split.records) - len(test)} of the data.test_size={len(test_split.records)} held-out test "
+            f"questions are longer than rollout.max_prompt_length={cfg.rollout.max_prompt_length} tokens (image tokens "
+            "included): a test evaluation without them would be reported as if on the whole split. Raise "
+            "rollout.max_prompt_length, lower data.max_pixels, or remove them from the test file"
+        )
     if not train:
         raise DataError(
             f"every training prompt is longer than rollout.max_prompt_length={cfg.rollout.max_prompt_length} "

@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from fastrl.config import DataConfig, ModelConfig, RolloutConfig
-from fastrl.data import LoadedData, LoadReport, Record
+from fastrl.data import DataError, LoadedData, LoadReport, Record
 from fastrl.models.tiny import build_tiny_hf_model_dir, load_processor
 from fastrl.rollout.hf_engine import prepare_prompt_inputs
 from fastrl.training.parts import _filter_long_prompts
@@ -64,12 +64,15 @@ def test_long_prompts_are_filtered_at_load_and_counted(model_dir, caplog):
                       report=LoadReport("h", [], 2, 2))
     cfg = SimpleNamespace(data=data_config(), rollout=RolloutConfig(max_prompt_length=200))
     with caplog.at_level(logging.WARNING, logger="fastrl.data.prompts"):
-        kept_train, kept_val, kept_test = _filter_long_prompts(cfg, model_dir, train, val, test)
+        kept_train, kept_val, kept_test = _filter_long_prompts(cfg, model_dir, train, val, LoadedData(test.records[:1], test.report))
     assert kept_train == small and [r.question_id for r in kept_val] == [1_000_000_001]
     metrics = train.report.as_metrics()
     assert metrics["data/prompts_filtered_too_long"] == 2 and metrics["data/rows_kept"] == 3
     assert val.report.prompts_filtered_too_long == 1
-    assert [r.question_id for r in kept_test] == [2_000_000_000] and test.report.prompts_filtered_too_long == 1
+    assert [r.question_id for r in kept_test] == [2_000_000_000]
+    # a held-out test question that does not fit is an error, not a smaller test split
+    with pytest.raises(DataError, match="1 of the data.test_size=2 held-out test questions are longer than"):
+        _filter_long_prompts(cfg, model_dir, train, val, test)
     assert _filter_long_prompts(cfg, model_dir, train, val)[2] == []  # no test split asked for
     assert "filtered 2 of 5 prompt(s) longer than 200 tokens (training data)" in caplog.text
     # the same images fit under narrower pixel bounds: nothing is filtered
