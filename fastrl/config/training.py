@@ -50,8 +50,9 @@ class DataConfig:
     )
     test_size: int = doc(
         0,
-        "Held-out test questions evaluated once, when the run completes (and by trainer.val_only): the "
-        "first N of the test split, logged as test/* (kind 'test'); 0: none. easy_vqa: up to 7,673 "
+        "Held-out test questions evaluated on the final policy when the run completes, every "
+        "trainer.test_every steps when set, and by trainer.val_only: the first N of the test split, "
+        "logged as test/* (kind 'test'); 0: none. easy_vqa: up to 7,673 "
         "questions disjoint from the validation ones; a split with fewer is an error.",
     )
     max_train_samples: int | None = doc(None, "Use at most this many training questions.")

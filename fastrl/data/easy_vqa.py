@@ -7,8 +7,9 @@ package data into the canonical format once and caches it (no network access nee
 Splits: ``train`` is the package's train split; the package's test split is cut in two, in package
 order: its first :data:`VAL_QUESTIONS` (2,000) questions are the validation split (``val``: every
 choice of setting looks at these), the other 7,673 the held-out ``test`` split (reported, never
-chosen on). The two share images (the package draws test questions from one pool of test
-images), not questions; no split is trained on but ``train``.
+chosen on). The package orders its test questions by image, so the two splits share one image
+(test image 203: 7 validation and 4 held-out questions) and no question; no split is trained on
+but ``train``.
 
 Question ids: training question ``i`` (package order) has id ``i``; package test question ``i``
 has id ``VAL_ID_OFFSET + i`` in either split. Metadata: ``question_type`` in ``{"yes/no", "shape", "color"}`` and

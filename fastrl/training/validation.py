@@ -1,5 +1,6 @@
-"""Validation on the validation split (and, once at the end, on the held-out test split): decode,
-grade, and report accuracy (overall and per type).
+"""Validation on the validation split (and on the held-out test split: on the final policy, and
+every ``trainer.test_every`` steps when set): decode, grade, and report accuracy (overall and per
+type).
 
 Accuracy is the fraction of *valid* graded responses whose accuracy reaches the threshold; a
 response whose grading failed (timeout, grader error) is counted in ``val/invalid`` and left out.
