@@ -91,7 +91,7 @@ ROWS = (
     Row("matched_random_grpo", "easyvqa_tiny_matched_random_grpo_cpu", "matched ratio, random (weighted)"),
     Row("matched_random_unweighted_grpo", "easyvqa_tiny_matched_random_unweighted_grpo_cpu",
         "matched ratio, random (unweighted)"),
-    Row("matched_top_abs_grpo", "easyvqa_tiny_matched_top_abs_grpo_cpu", "matched ratio, top-|A| (weighted)"),
+    Row("matched_top_abs_grpo", "easyvqa_tiny_matched_top_abs_grpo_cpu", "matched ratio, top-\\|A\\| (weighted)"),
     Row("matched_pods_grpo", "easyvqa_tiny_matched_pods_grpo_cpu", "matched ratio, PODS (weighted)"),
     Row("cppo_grpo", "easyvqa_tiny_cppo_grpo_cpu", "GRPO + CPPO (half of each group)"),
     Row("random_grpo", "easyvqa_tiny_random_grpo_cpu", "GRPO + random 50%"),
