@@ -298,7 +298,7 @@ def _validate(
 ) -> dict[str, float] | None:
     """:func:`validate_policy` on ``split``, or None (logged) when a stop request abandons it."""
     if run.ctx.is_logging_rank:
-        logger.info("%s: %d questions @ step %d", "validating" if split == "val" else "held-out test evaluation",
+        logger.info("%s %d questions @ step %d", "validating" if split == "val" else "held-out test: evaluating",
                     len(run.val if split == "val" else run.test), state.step)
     try:
         return validate_policy(run, should_stop=should_stop, split=split)
