@@ -55,7 +55,7 @@ from fastrl.config import ConfigError, ModelConfig, RunConfig
 
 __all__ = [
     "GIB", "GPU_KINDS", "H100_80GB_GIB", "H200_GIB", "KNOWN_MODELS", "KVCheck", "MemoryPlan", "ModelDims", "PHASES",
-    "PhaseRow", "check_memory_plan", "estimate_memory", "model_dims", "recipe_margin_gib",
+    "IPC_CONTEXT_GIB", "PhaseRow", "check_memory_plan", "estimate_memory", "model_dims", "recipe_margin_gib",
 ]
 
 GIB = 2**30
@@ -67,6 +67,10 @@ RESERVE_GIB = 5.0
 #: vLLM's own memory besides weights and KV cache (activations of its profile run, CUDA graphs);
 #: it stays on the GPU while the engine sleeps.
 ENGINE_RUNTIME_GIB = 2.0
+#: A CUDA context that each vLLM worker other than the first of an engine with tensor parallelism
+#: opens on the trainer's GPU (the source rank's, the engine's ``cuda:0``) when it maps the refit
+#: bucket's IPC handle (``engine_server.reload_ipc_bucket``); it stays for the worker's life.
+IPC_CONTEXT_GIB = 0.5
 #: The free memory every shipped GPU recipe keeps at every phase: 2 GiB or 3 % of the GPU.
 RECIPE_MARGIN_GIB, RECIPE_MARGIN_FRACTION = 2.0, 0.03
 
@@ -587,19 +591,23 @@ def estimate_memory(cfg: RunConfig, world_size: int, gpu_memory_gib: float, *, d
         gen_state = awake_state if gen else "no engine"
         fwd, act = parts["fwd"], parts["act"]
         # (phase, trainer allocated, reserved transient since the last empty_cache, engine, its state)
+        # from the first refit on, the engine's other TP workers hold a context on the source GPU
+        contexts = (per_group_generating - 1) * IPC_CONTEXT_GIB if gen and ro.engine == "vllm" else 0.0
         spec = [
             # engine start after the actor (weights, gradient buffer, main-weight shard) and the
             # reference: the Adam moments do not exist yet; the weight import's buffers stay cached
             ("start-up", start, transfer, awake, "starting: claims its share" if gen else "no engine"),
-            # after the refit: the refit buffers stay cached (empty_cache ran before the refit)
-            ("generation", full, transfer, awake, gen_state),
-            ("old/ref log-probs", full + fwd, max(transfer, fwd), sleeping, sleeping_state),
-            ("update", full + act, max(transfer, fwd, act), sleeping, sleeping_state),
+            # after a refit (empty_cache after it, on the GPU): nothing cached; step 1's generation,
+            # before any refit, holds the start-up cache but no Adam moments (below start-up + moments)
+            ("generation", full, 0.0, awake + contexts, gen_state),
+            ("old/ref log-probs", full + fwd, max(transfer, fwd), sleeping + contexts, sleeping_state),
+            ("update", full + act, max(transfer, fwd, act), sleeping + contexts, sleeping_state),
             # empty_cache after the update: the cache drops to what is allocated; the buffers are allocated
-            ("refit", full + transfer, transfer, refit_engine, refit_state),
-            ("validation", full, transfer, awake, gen_state),
-            # the checkpoint loaded (Adam moments exist), the engine started, the refit
-            ("resumed stage", full + transfer, transfer, awake, "starting, then refit" if gen else "no engine"),
+            ("refit", full + transfer, transfer, refit_engine + contexts, refit_state),
+            ("validation", full, 0.0, awake + contexts, gen_state),
+            # the checkpoint loaded (Adam moments exist), the engine started and put to sleep, the refit
+            ("resumed stage", full + transfer, transfer, refit_engine + contexts,
+             ("started, asleep, refit: " + refit_state) if gen else "no engine"),
         ]
         out = []
         for phase, allocated, peak, engine_gib, state in spec:

@@ -469,21 +469,21 @@ class EngineProcessClient:
         per parameter group the sum of squares of what was sent (:attr:`last_group_sums`, for the
         verification's diagnosis; computed where the tensors live, on the GPU for CUDA IPC, and read
         back once per refit), and has the engine record its side; other refits compute no sums."""
-        norms: dict[str, list[torch.Tensor]] = {}
+        squares: dict[str, list[torch.Tensor]] = {}
         due = self._verify_due_at(self.weight_version + 1)
 
         def tracked():
             for name, t in named_tensors:
                 t = t.detach()
                 if due:
-                    norms.setdefault(wire.weight_group(name), []).append(torch.linalg.vector_norm(t, dtype=torch.float64))
+                    squares.setdefault(wire.weight_group(name), []).append(square_sum(t))
                 yield name, t
 
         self.transport.record_sums = due
         start = time.perf_counter()
         count, nbytes = self._transfer(tracked())
         elapsed = time.perf_counter() - start
-        self.last_group_sums.update(group_square_sums(norms))
+        self.last_group_sums.update(group_square_sums(squares))
         self.weight_version += 1
         self.refit_metrics = {
             "refit/bytes": float(nbytes), "refit/time_s": elapsed,
@@ -547,14 +547,27 @@ def verify_due_at(version: int, every: int) -> bool:
     return every > 0 and version >= 1 and (version == 1 or version % every == 0)
 
 
-def group_square_sums(norms: dict[str, list[torch.Tensor]]) -> dict[str, float]:
-    """Per group, the sum of the squared norms (0-d float64 tensors, on any device); one read-back
-    to the host for all groups."""
-    if not norms:
+#: elements per chunk of :func:`square_sum` (a float64 copy of 2**24 elements: 128 MiB)
+SQUARE_SUM_CHUNK = 1 << 24
+
+
+def square_sum(tensor: torch.Tensor) -> torch.Tensor:
+    """The sum of squares of ``tensor``'s elements as a 0-d float64 tensor on its device, computed in
+    chunks of :data:`SQUARE_SUM_CHUNK` elements (a float64 copy of a whole 7B embedding would take
+    4 GiB of the GPU during the refit); no read-back to the host. The engine computes its side with
+    its own ``square_sums`` (``engine_server.py`` cannot import fastrl)."""
+    flat = tensor.detach().reshape(-1)
+    return torch.stack([c.double().square().sum() for c in flat.split(SQUARE_SUM_CHUNK)]).sum()
+
+
+def group_square_sums(squares: dict[str, list[torch.Tensor]]) -> dict[str, float]:
+    """Per group, the sum of its tensors' sums of squares (0-d float64 tensors, on any device, from
+    :func:`square_sum`); one read-back to the host for all groups."""
+    if not squares:
         return {}
-    per_group = [torch.stack(v).square().sum() for v in norms.values()]
+    per_group = [torch.stack(v).sum() for v in squares.values()]
     device = per_group[0].device
-    return dict(zip(norms, torch.stack([t.to(device) for t in per_group]).tolist()))
+    return dict(zip(squares, torch.stack([t.to(device) for t in per_group]).tolist()))
 
 
 def with_pixel_bounds(llm_kwargs: dict[str, Any], min_pixels: int | None, max_pixels: int | None) -> dict[str, Any]:

@@ -11,9 +11,11 @@ vLLM environment on GPU) has transformers 5 and no megatron.
 
 Weight transports (:mod:`fastrl.rollout.refit_transport`): ``load_weights`` (shared-memory bucket
 files; CPU, tested) and ``load_weights_ipc`` (CUDA IPC handle of one flat bucket buffer; colocated
-GPU engine; written against vLLM's API; its CUDA calls untested here: no GPU). Both reload from
-views of one flat uint8 buffer (:meth:`Server._reload`), handed to vLLM as a list (picklable for
-vLLM's multiproc executor when ``tensor_parallel_size > 1``).
+GPU engine; written against vLLM's API; its CUDA calls run here only against the recording fake of
+``tests/rehearsal``). Both reload from views of one flat uint8 buffer: shared-memory files are
+mapped in this process and the views handed to vLLM as a list (:meth:`Server._reload`); a CUDA IPC
+handle is opened in each vLLM worker (:func:`reload_ipc_bucket`), so that no CUDA tensor is pickled
+to the workers of an engine with ``tensor_parallel_size > 1``.
 
 Sleep (``enable_sleep_mode``, GPU): level 2 between steps (weights and KV cache discarded);
 a refit wakes the weights alone and loads them, :meth:`Server.op_wake` brings the KV cache back.
@@ -105,14 +107,13 @@ class Server:
 
     @staticmethod
     def _initial_sums(model_dir: Path) -> dict[str, float]:
-        import torch
         from safetensors import safe_open  # a vLLM dependency
 
         out: dict[str, float] = {}
         for path in sorted(model_dir.glob("*.safetensors")):
             with safe_open(str(path), framework="pt") as f:
                 for name in f.keys():
-                    out[name] = float(torch.linalg.vector_norm(f.get_tensor(name), dtype=torch.float64)) ** 2
+                    out[name] = square_sums([f.get_tensor(name)])[0]
         return out
 
     # ---- operations ------------------------------------------------------------------------
@@ -177,35 +178,36 @@ class Server:
         return mm
 
     def _reload(self, buffers: list, sums: bool = True) -> int:
-        """``reload_weights`` from views of flat uint8 buffers: ``buffers`` holds ``(buffer, entries)``
-        pairs, entries ``(name, dtype, shape, offset, nbytes)``. The views go to vLLM as a **list** of
-        ``(name, tensor)`` pairs, not a generator: with ``tensor_parallel_size > 1`` vLLM's multiproc
-        executor pickles ``collective_rpc``'s arguments, and a generator cannot be pickled. Weights
-        asleep (sleep level 2 discarded them) are woken first; the prefix cache is reset unless the
-        engine's KV cache sleeps (then :meth:`op_wake` does). With ``sums`` each tensor's sum of
-        squares is recorded (:meth:`op_group_sums`), computed where the tensor lives and read back
-        once per call."""
-        import torch
+        """``reload_weights`` from views of flat uint8 buffers in this process (shared-memory files):
+        ``buffers`` holds ``(buffer, entries)`` pairs, entries ``(name, dtype, shape, offset, nbytes)``.
+        The views go to vLLM as a **list** of ``(name, tensor)`` pairs, not a generator: with
+        ``tensor_parallel_size > 1`` vLLM's multiproc executor pickles ``collective_rpc``'s arguments
+        (CPU tensors through its shared-memory queue), and a generator cannot be pickled. With
+        ``sums`` each tensor's sum of squares is recorded (:meth:`op_group_sums`), read back once
+        per call."""
+        views = bucket_views(buffers)
+        squares = square_sums([t for _, t in views]) if views and sums else None  # what arrived
+        self._wake_weights()
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": views})
+        self._after_reload([name for name, _ in views], squares)
+        return len(views)
 
-        views = [
-            (name, buffer[offset : offset + nbytes].view(getattr(torch, dtype)).reshape(shape))
-            for buffer, entries in buffers
-            for name, dtype, shape, offset, nbytes in entries
-        ]
-        norms = None
-        if views and sums:  # before the reload: what arrived, whatever vLLM does with it
-            norms = torch.stack([torch.linalg.vector_norm(t, dtype=torch.float64) for _, t in views])
+    def _wake_weights(self) -> None:
+        """Weights asleep (sleep level 2 discarded them) are woken, alone, before a reload."""
         if self.asleep and not self.weights_awake:
             self.llm.wake_up(tags=["weights"])
             self.weights_awake = True
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": views})
-        if any("embed_tokens" in name for name, _ in views):
+
+    def _after_reload(self, names: list[str], squares: list[float] | None) -> None:
+        """After a reload: the output layer repacked when the input embedding came (tied
+        embeddings, :func:`repack_output_layer`); the prefix cache reset unless the engine's KV
+        cache sleeps (then :meth:`op_wake` does); the received sums of squares recorded."""
+        if any("embed_tokens" in name for name in names):
             self.llm.collective_rpc(repack_output_layer)
         if not self.asleep:
             self.llm.reset_prefix_cache()
-        if norms is not None:
-            self.received.update(zip([n for n, _ in views], norms.square().tolist()))
-        return len(views)
+        if squares is not None:
+            self.received.update(zip(names, squares))
 
     def op_load_weights(self, req: dict) -> dict:
         """Buckets in shared-memory files (``(path, entries)`` each), memory-mapped, zero copies."""
@@ -217,9 +219,16 @@ class Server:
         return {"count": count, "time_s": time.perf_counter() - start}
 
     def op_load_weights_ipc(self, req: dict) -> dict:
-        """One bucket through a CUDA IPC handle (``reduce_tensor`` of the trainer's flat buffer). The
-        engine sees its GPU(s) from ``cuda:0`` (``CUDA_VISIBLE_DEVICES`` narrowed), so the handle's
-        device index (argument 6 of ``rebuild_cuda_tensor``) is mapped to the current device.
+        """One bucket through a CUDA IPC handle (``reduce_tensor`` of the trainer's flat buffer),
+        opened **in each vLLM worker** (:func:`reload_ipc_bucket` through ``collective_rpc``): only
+        the handle and the entry table cross to the workers. (Views of a buffer opened here would
+        be pickled to the workers of an engine with ``tensor_parallel_size > 1``, and torch pickles
+        a CUDA tensor by copying its whole storage to the host and back onto ``cuda:0`` in every
+        worker: every tensor of a bucket carrying the whole bucket, eight times on one GPU.) The
+        engine and its workers see the engine's GPUs from ``cuda:0`` (``CUDA_VISIBLE_DEVICES``
+        narrowed, the trainer's GPU first), so the handle's device index (argument 6 of
+        ``rebuild_cuda_tensor``) becomes this process's current device, the same index in every
+        worker.
 
         Raises:
             ValueError: the handle is not a CUDA tensor's (:func:`check_cuda_handle`).
@@ -228,10 +237,12 @@ class Server:
 
         rebuild, args = check_cuda_handle(req["handle"])
         args[6] = torch.cuda.current_device()
-        buffer = rebuild(*args)
-        count = self._reload([(buffer, req["entries"])], sums=req.get("sums", True))
-        torch.cuda.synchronize()
-        return {"count": count}
+        sums = req.get("sums", True)
+        self._wake_weights()
+        per_worker = self.llm.collective_rpc(reload_ipc_bucket, args=(rebuild, tuple(args), req["entries"], sums))
+        names = [entry[0] for entry in req["entries"]]
+        self._after_reload(names, per_worker[0] if sums else None)
+        return {"count": len(names)}
 
     def op_score(self, req: dict) -> dict:
         from vllm import SamplingParams
@@ -289,6 +300,53 @@ class Server:
     def op_reset_prefix_cache(self, req: dict) -> dict:
         self.llm.reset_prefix_cache()
         return {}
+
+
+def bucket_views(buffers: list) -> list:
+    """``(name, tensor)`` views of flat uint8 buffers: ``buffers`` holds ``(buffer, entries)`` pairs,
+    entries ``(name, dtype, shape, offset, nbytes)`` (:func:`fastrl.rollout.refit_transport.pack_flat`)."""
+    import torch
+
+    return [
+        (name, buffer[offset : offset + nbytes].view(getattr(torch, dtype)).reshape(shape))
+        for buffer, entries in buffers
+        for name, dtype, shape, offset, nbytes in entries
+    ]
+
+
+#: elements per chunk of :func:`square_sums` (a float64 copy of 2**24 elements: 128 MiB)
+SQUARE_SUM_CHUNK = 1 << 24
+
+
+def square_sums(tensors: list) -> list[float]:
+    """Each tensor's sum of squares in float64, computed where the tensor lives, in chunks of
+    :data:`SQUARE_SUM_CHUNK` elements (a float64 copy of a whole 7B embedding would be 4 GiB),
+    read back to the host once. Self-contained (torch only): it runs in vLLM's workers inside
+    :func:`reload_ipc_bucket`."""
+    import torch
+
+    if not tensors:
+        return []
+    per_tensor = []
+    for t in tensors:
+        flat = t.detach().reshape(-1)
+        per_tensor.append(torch.stack([c.double().square().sum() for c in flat.split(SQUARE_SUM_CHUNK)]).sum())
+    return torch.stack(per_tensor).tolist()
+
+
+def reload_ipc_bucket(worker, rebuild, args: tuple, entries: list, sums: bool) -> list[float] | None:
+    """Run in each vLLM worker (``collective_rpc``; cloudpickled by value with the helpers it calls,
+    this file being the engine's ``__main__``): open the trainer's bucket from its CUDA IPC handle
+    (``rebuild(*args)``: torch's ``rebuild_cuda_tensor``), reload the worker's weights from views of
+    it (each tensor-parallel worker takes its shard of the full tensors), wait for the copies, and
+    return each tensor's sum of squares as received (``sums``) or None."""
+    import torch
+
+    views = bucket_views([(rebuild(*args), entries)])
+    squares = square_sums([t for _, t in views]) if sums else None
+    worker.reload_weights(weights_iterator=views)
+    torch.cuda.synchronize()
+    return squares
 
 
 def repack_output_layer(worker) -> bool:

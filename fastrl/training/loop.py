@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from fastrl.checkpoint.io import CheckpointIO
 from fastrl.checkpoint.train_state import TrainState
 from fastrl.distributed import world
-from fastrl.training.generation import group_size
+from fastrl.training.generation import group_size, sleep_engine
 from fastrl.training.metrics import MetricsLogger, supersede_records_after
 from fastrl.training.parts import RunParts, total_steps
 from fastrl.training.step import train_step
@@ -87,11 +87,14 @@ def end_period_if_due(run: RunParts, state: TrainState, epochs_completed: int) -
 
 
 def resume(run: RunParts, state: TrainState, io: CheckpointIO) -> str | None:
-    """Continue from the checkpoint ``checkpoint.resume`` names (the engine gets its weights)."""
+    """Continue from the checkpoint ``checkpoint.resume`` names (the engine gets its weights: put to
+    sleep first, so that on a GPU the refit wakes the weights alone, not the KV cache the freshly
+    started engine holds beside the loaded optimizer state)."""
     path = io.resume(state, run.actor)
     if path is None:
         return None
     release_cached_memory(run.ctx.device)
+    sleep_engine(run.engine)
     refit(run.engine, run.actor)
     if run.ctx.is_logging_rank:
         logger.info("resumed from %s at step %d (n=%d)%s", path, state.step, group_size(run.cfg, state.ars), io.reshard_note)

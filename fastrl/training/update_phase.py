@@ -116,13 +116,17 @@ def refit(engine: "RolloutEngine", actor: "Actor") -> Metrics:
     (:mod:`fastrl.training.refit_verify`; raises ``RefitVerificationError``).
 
     The export puts its tensors where the engine's transport wants them (``engine.export_to_cpu``:
-    the CPU for shared memory, the GPU for CUDA IPC; the Hugging Face engine: the CPU). Collective
+    the CPU for shared memory, the GPU for CUDA IPC; the Hugging Face engine: the CPU); an export on
+    the GPU is given back to the device (:func:`release_cached_memory`) before the engine wakes its
+    KV cache, here for the verification's probe or at the next generation. Collective
     over the model-parallel group: every rank exports (TP all-gathers, PP broadcasts), only the
     source rank's engine loads; a rank without an engine holds an
     :class:`~fastrl.training.engine_placement.EnginelessPeer`. The verification wakes the engine's
     KV cache for its probe (the engine then stays awake until the next generation's end)."""
     count = engine.update_weights(export_hf_weights(actor.policy, cpu=engine.export_to_cpu))
     actor.policy_version += 1
+    if not engine.export_to_cpu:  # the export's gathered tensors and buckets, before any KV cache wakes
+        release_cached_memory("cuda")
     m = {"refit/tensors": float(count), **engine.refit_metrics}
     if engine.verify_due:
         engine.wake()

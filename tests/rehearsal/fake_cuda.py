@@ -15,6 +15,7 @@ Usage (pytest)::
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
 import torch
@@ -131,8 +132,9 @@ def cuda_typed(tensor: torch.Tensor) -> CudaTyped:
 
 def rebuild_cuda_tensor(*args: Any) -> torch.Tensor:
     """Stand-in of torch's ``rebuild_cuda_tensor`` (same name; argument 6 the device index, the
-    buffer itself at argument 8 here instead of a CUDA IPC memory handle)."""
-    return args[8]
+    buffer itself at argument 8 here instead of a CUDA IPC memory handle): the buffer opened on the
+    GPU (:class:`CudaTyped`), as torch's is."""
+    return cuda_typed(args[8])
 
 
 class FakeReduceTensor:
@@ -153,14 +155,24 @@ class FakeReduceTensor:
 
 
 class RecordingLLM:
-    """Records what the engine server does to ``vllm.LLM``: sleep levels, wake-up tags, and for
-    ``collective_rpc`` the method and the type of its ``weights_iterator`` payload (whether it
-    could be pickled to vLLM's TP workers)."""
+    """Records what the engine server does to ``vllm.LLM``: sleep levels, wake-up tags, and each
+    ``collective_rpc`` as vLLM's executor runs it (same signature: ``method`` a worker method's name
+    or a function called with the worker first, ``args``, ``kwargs``).
 
-    def __init__(self) -> None:
+    With ``tensor_parallel_size > 1`` vLLM's multiproc executor pickles the arguments to its worker
+    processes, where torch pickles a CUDA tensor by copying its whole storage to the host and back
+    onto ``cuda:0``: every CUDA tensor found in the arguments is counted
+    (:attr:`pickled_cuda_tensors`), the arguments are pickled and each of the
+    ``tensor_parallel_size`` workers (:class:`FakeWorker`) runs the method on its own unpickled
+    copy. :attr:`payload_types` records the type of each ``weights_iterator`` payload."""
+
+    def __init__(self, tensor_parallel_size: int = 1) -> None:
+        self.tensor_parallel_size = tensor_parallel_size
         self.calls: list[tuple] = []
         self.loaded: dict[str, torch.Tensor] = {}
         self.payload_types: list[type] = []
+        self.pickled_cuda_tensors = 0
+        self.workers = [FakeWorker(self, rank) for rank in range(tensor_parallel_size)]
 
     def sleep(self, level: int) -> None:
         self.calls.append(("sleep", level))
@@ -168,15 +180,50 @@ class RecordingLLM:
     def wake_up(self, tags: Any = None) -> None:
         self.calls.append(("wake_up", tuple(tags) if tags else None))
 
-    def collective_rpc(self, method: str, kwargs: dict) -> None:
+    def collective_rpc(self, method: Any, timeout: float | None = None, args: tuple = (), kwargs: dict | None = None) -> list:
         import pickle
 
-        payload = kwargs["weights_iterator"]
-        self.payload_types.append(type(payload))
-        pickle.dumps([(n, torch.Tensor(t).clone()) for n, t in payload] if isinstance(payload, list) else payload)
-        items = [(name, torch.Tensor(t).clone()) for name, t in payload]
-        self.loaded.update(items)
-        self.calls.append((method, [name for name, _ in items]))
+        kwargs = dict(kwargs or {})
+        if "weights_iterator" in kwargs:
+            self.payload_types.append(type(kwargs["weights_iterator"]))
+        if self.tensor_parallel_size == 1:  # the uniprocess executor: the driver worker, no pickling
+            copies = [(args, kwargs)]
+        else:
+            self.pickled_cuda_tensors += _count_cuda_tensors((args, kwargs))
+            blob = pickle.dumps((args, kwargs))
+            copies = [pickle.loads(blob) for _ in self.workers]
+        results = []
+        for worker, (a, k) in zip(self.workers, copies):
+            results.append(getattr(worker, method)(*a, **k) if isinstance(method, str) else method(worker, *a, **k))
+        return results
 
     def reset_prefix_cache(self) -> None:
         self.calls.append(("reset_prefix_cache",))
+
+
+class FakeWorker:
+    """One vLLM worker as ``collective_rpc`` sees it: ``reload_weights(weights_iterator=...)`` loads
+    full tensors (worker 0's are recorded in ``llm.loaded`` and ``llm.calls``; every worker counts
+    its tensors in :attr:`reloaded`); ``model_runner.get_model()`` has no output layer method."""
+
+    def __init__(self, llm: RecordingLLM, rank: int) -> None:
+        self.llm, self.rank = llm, rank
+        self.reloaded = 0
+        self.model_runner = types.SimpleNamespace(get_model=lambda: types.SimpleNamespace())
+
+    def reload_weights(self, weights_iterator: Any = None, **_: Any) -> None:
+        items = [(name, torch.Tensor(t).clone()) for name, t in weights_iterator]
+        self.reloaded += len(items)
+        if self.rank == 0:
+            self.llm.loaded.update(items)
+            self.llm.calls.append(("reload_weights", [name for name, _ in items]))
+
+
+def _count_cuda_tensors(obj: Any) -> int:
+    if isinstance(obj, torch.Tensor):
+        return int(obj.device.type == "cuda")
+    if isinstance(obj, dict):
+        return sum(_count_cuda_tensors(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_count_cuda_tensors(v) for v in obj)
+    return 0

@@ -35,10 +35,11 @@ def _server_module(monkeypatch):
     return module
 
 
-def _gpu_engine(monkeypatch, *, verify_every: int = 0, tp_workers: bool = True):
-    """A GPU client (CUDA IPC transport, sleep mode) wired to a real server around a RecordingLLM."""
+def _gpu_engine(monkeypatch, *, verify_every: int = 0, engine_tp: int = 1):
+    """A GPU client (CUDA IPC transport, sleep mode) wired to a real server around a RecordingLLM
+    (an engine of ``engine_tp`` tensor-parallel workers)."""
     module = _server_module(monkeypatch)
-    llm = RecordingLLM()
+    llm = RecordingLLM(tensor_parallel_size=engine_tp)
     server = module.Server.__new__(module.Server)
     server.llm, server.sleep_enabled = llm, True
     server.asleep, server.weights_awake = False, True  # vLLM starts with weights and KV cache
@@ -136,8 +137,8 @@ def test_the_engine_refuses_a_cpu_handle_by_name(monkeypatch):
 
 def test_generating_rank_sleeps_level_2_and_refit_wakes_weights_only(monkeypatch):
     # Breakage caught: sleep level 1 (15.4 GiB of weights copied to pinned host memory and back each
-    # step, then overwritten by the refit); a refit that wakes the KV cache too; a refit payload
-    # that is a generator, which vLLM's multiproc executor (engine TP > 1) cannot pickle.
+    # step, then overwritten by the refit); a refit that wakes the KV cache too. (What crosses to
+    # the workers of an engine with TP > 1: the next test.)
     from fastrl.rollout.engine import SamplingParams
     from fastrl.training import generation
 
@@ -169,7 +170,102 @@ def test_generating_rank_sleeps_level_2_and_refit_wakes_weights_only(monkeypatch
         ("wake_up", ("weights",)), *refit_calls,
         ("wake_up", ("kv_cache",)), ("reset_prefix_cache",), ("generate",), ("generate",), ("sleep", 2),
     ]
-    assert set(llm.payload_types) == {list}
+
+
+def test_a_tp_engine_opens_the_ipc_bucket_in_each_worker_and_no_cuda_tensor_is_pickled(monkeypatch):
+    # The 32B / 72B recipes' engine (TP8; two workers here). Breakage caught: the engine opening the
+    # bucket itself and handing its views to collective_rpc: vLLM's multiproc executor pickles them,
+    # and torch pickles a CUDA tensor by copying its whole storage (the bucket) to the host and back
+    # onto cuda:0 in every worker (per 32B layer bucket ~10.7 GB pickled, ~86 GB allocated on the
+    # trainer's GPU: out of memory at the first refit). Also a payload that cannot be pickled.
+    cuda = FakeCuda(device_count=2).install(monkeypatch)
+    monkeypatch.setattr("torch.multiprocessing.reductions.reduce_tensor", FakeReduceTensor())
+    _gpu_pack(monkeypatch)
+    monkeypatch.setattr(update_phase, "export_hf_weights", _exporter([]))
+    client, server, llm = _gpu_engine(monkeypatch, engine_tp=2, verify_every=1)  # a verified refit: sums too
+    monkeypatch.setattr("fastrl.training.refit_verify.verify_refit", lambda *a, **k: {})
+    update_phase.refit(client, _actor())
+    assert llm.pickled_cuda_tensors == 0
+    assert [w.reloaded for w in llm.workers] == [len(WEIGHTS)] * 2  # every worker loaded every tensor
+    for name, t in WEIGHTS:
+        assert torch.equal(llm.loaded[name], t)
+    assert cuda.calls.count(("synchronize",)) == 2 * len(WEIGHTS)  # each worker waits for its copies (1-tensor buckets)
+    assert set(server.received) == {n for n, _ in WEIGHTS}
+    assert server.received["model.layers.0.mlp.up_proj.weight"] == pytest.approx(float((WEIGHTS[0][1] ** 2).sum()))
+
+
+def test_the_worker_function_is_self_contained(monkeypatch):
+    # vLLM cloudpickles reload_ipc_bucket by value (the engine server is the engine's __main__) into
+    # worker processes that can import torch and vllm only. Breakage caught: the function (or a
+    # helper it calls) reaching a module global such as the by-path-loaded wire module, which the
+    # workers cannot import: the first TP > 1 refit would fail to unpickle.
+    import inspect
+
+    module = _server_module(monkeypatch)
+    seen, todo = set(), [module.reload_ipc_bucket, module.repack_output_layer]
+    while todo:
+        f = todo.pop()
+        if f in seen:
+            continue
+        seen.add(f)
+        for name, value in inspect.getclosurevars(f).globals.items():
+            if callable(value):
+                assert getattr(value, "__module__", None) == module.__name__, (f.__name__, name)
+                todo.append(value)
+            else:
+                assert isinstance(value, (int, float, str)), (f.__name__, name, type(value))
+    assert {f.__name__ for f in seen} == {"reload_ipc_bucket", "bucket_views", "square_sums", "repack_output_layer"}
+
+
+def test_a_verified_refit_gives_the_export_back_before_the_kv_cache_wakes(monkeypatch):
+    # Breakage caught: the trainer's caching allocator keeping the export's gathered tensors and
+    # buckets reserved while the engine wakes its KV cache for the probe (or for the next step's
+    # generation): the engine cannot reclaim another process's cache.
+    cuda = FakeCuda(device_count=1).install(monkeypatch)
+    monkeypatch.setattr("torch.multiprocessing.reductions.reduce_tensor", FakeReduceTensor())
+    _gpu_pack(monkeypatch)
+    monkeypatch.setattr(update_phase, "export_hf_weights", _exporter([]))
+    client, server, llm = _gpu_engine(monkeypatch, verify_every=1)
+    monkeypatch.setattr("fastrl.training.refit_verify.verify_refit", lambda *a, **k: {})
+    real_empty = cuda.empty_cache
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: llm.calls.append(("empty_cache",)) or real_empty())
+    client._call({"op": "sleep"})
+    update_phase.refit(client, _actor())
+    order = [c[0] if c[0] != "wake_up" else c for c in llm.calls]
+    assert order.index("empty_cache") > max(i for i, c in enumerate(order) if c == "reload_weights")
+    assert order.index("empty_cache") < order.index(("wake_up", ("kv_cache",)))
+
+
+@pytest.mark.parametrize("side", ["trainer", "engine"])
+def test_refit_sums_of_squares_never_copy_a_whole_tensor_to_float64(monkeypatch, side):
+    # Breakage caught (item 10 / review): torch.linalg.vector_norm(t, dtype=torch.float64) of a
+    # whole tensor, which materialises a float64 copy (4 GiB for the 7B embedding and output layer)
+    # on the GPU during the refit, on both sides. Chunked (chunk lowered to 4 elements here).
+    from torch.overrides import TorchFunctionMode
+
+    module = _server_module(monkeypatch)
+    if side == "trainer":
+        monkeypatch.setattr(engine_client, "SQUARE_SUM_CHUNK", 4)
+        total = float(engine_client.square_sum(torch.arange(10.0).reshape(2, 5)))
+    else:
+        monkeypatch.setattr(module, "SQUARE_SUM_CHUNK", 4)
+    widest: list[int] = []
+
+    class Record(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            inputs = [a for a in args if isinstance(a, torch.Tensor)]
+            if isinstance(out, torch.Tensor) and out.dtype == torch.float64 and inputs:
+                widest.append(max(a.numel() for a in inputs))
+            return out
+
+    with Record():
+        if side == "trainer":
+            total = float(engine_client.square_sum(torch.arange(10.0).reshape(2, 5)))
+        else:
+            total = module.square_sums([torch.arange(10.0).reshape(2, 5)])[0]
+    assert total == 285.0  # 0^2 + ... + 9^2
+    assert widest and max(widest) <= 4
 
 
 def test_a_wake_after_a_level_2_sleep_without_a_refit_is_refused(monkeypatch):
@@ -186,8 +282,8 @@ def test_a_wake_after_a_level_2_sleep_without_a_refit_is_refused(monkeypatch):
 
 
 def test_refit_sums_only_on_verified_refits(monkeypatch):
-    # Breakage caught (item 10): a float64 norm of every exported tensor on every refit (on the CPU,
-    # on every rank); only the refits that the probe verifies need the per-group sums.
+    # Breakage caught (item 10): a float64 sum of squares of every exported tensor on every refit
+    # (on the CPU, on every rank); only the refits that the probe verifies need the per-group sums.
     FakeCuda(device_count=1).install(monkeypatch)
     monkeypatch.setattr("torch.multiprocessing.reductions.reduce_tensor", FakeReduceTensor())
     _gpu_pack(monkeypatch)
@@ -195,9 +291,11 @@ def test_refit_sums_only_on_verified_refits(monkeypatch):
     client, server, llm = _gpu_engine(monkeypatch, verify_every=3)
     client.verify_every = 3
     monkeypatch.setattr("fastrl.training.refit_verify.verify_refit", lambda *a, **k: {})
-    norms: list = []
-    real_norm = torch.linalg.vector_norm
-    monkeypatch.setattr(torch.linalg, "vector_norm", lambda *a, **k: norms.append(1) or real_norm(*a, **k))
+    norms: list = []  # one entry per tensor whose sum of squares was computed, on either side
+    trainer_sum, engine_globals = engine_client.square_sum, type(server)._reload.__globals__
+    engine_sums = engine_globals["square_sums"]
+    monkeypatch.setattr(engine_client, "square_sum", lambda t: norms.append(1) or trainer_sum(t))
+    monkeypatch.setitem(engine_globals, "square_sums", lambda ts: norms.extend([1] * len(ts)) or engine_sums(ts))
     counts = []
     for _ in range(3):
         before = len(norms)
