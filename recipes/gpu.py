@@ -118,6 +118,10 @@ def paper_base(size: str, dataset: str, precision: str, name: str) -> RunConfig:
             engine_tensor_parallel_size=layout.engine_tensor_parallel_size,
             gpu_memory_utilization=layout.gpu_memory_utilization,
             engine_python=".venv-engine/bin/python",  # the engine environment of the README's GPU quick start
+            # one generate request carries a step's rollouts (32B: 2,048 per engine in 34 KV waves of
+            # 4,096-token sequences), and a 72B engine loads 145 GB before it is ready; a dead engine
+            # is still reported at once (its exit), these bound a hung one
+            engine_timeout_s=3600.0, engine_startup_timeout_s=1800.0,
         ),
         algorithm=AlgorithmConfig(
             advantage_estimator="grpo", clip_low=0.2, clip_high=0.3,

@@ -99,21 +99,24 @@ class Server:
         self.asleep = False
         self.weights_awake = True
         self._maps: dict[str, tuple[int, mmap.mmap]] = {}
-        self.received: dict[str, float] = self._initial_sums(Path(spec["model"]))
+        self.received: dict[str, float] = {}  # sums of squares per weight received by refits
         self.weight_version = 0  # refits loaded (set_weight_version, after each refit's last bucket)
         generation = self.llm.llm_engine.model_config.try_get_generation_config()
         eos = generation.get("eos_token_id", spec.get("eos_token_id"))
         self.default_stop = list(eos) if isinstance(eos, (list, tuple)) else [int(eos)]
 
-    @staticmethod
-    def _initial_sums(model_dir: Path) -> dict[str, float]:
+    def _model_sums(self, skip: set[str]) -> dict[str, float]:
+        """Sums of squares of the model directory's weights not in ``skip``, read when asked for
+        (:meth:`op_group_sums`), not at start-up: after a refit that sent every weight nothing is
+        read (a 72B checkpoint is 145 GB)."""
         from safetensors import safe_open  # a vLLM dependency
 
         out: dict[str, float] = {}
-        for path in sorted(model_dir.glob("*.safetensors")):
+        for path in sorted(Path(self.spec["model"]).glob("*.safetensors")):
             with safe_open(str(path), framework="pt") as f:
                 for name in f.keys():
-                    out[name] = square_sums([f.get_tensor(name)])[0]
+                    if name not in skip:
+                        out[name] = square_sums([f.get_tensor(name)])[0]
         return out
 
     # ---- operations ------------------------------------------------------------------------
@@ -260,11 +263,13 @@ class Server:
 
     def op_group_sums(self, req: dict) -> dict:
         """Per parameter group, the sum of squares of the weights this engine holds as it loaded them:
-        the model directory's at start-up, then each tensor received by ``load_weights``. (vLLM on
-        CPU repacks linear weights into kernels' own layouts, so its parameters cannot be read back;
-        whether the loaded weights are really used is what the log-prob probe checks.)"""
+        each tensor's as the last refit that carried it delivered it, else the model directory's
+        (read now, for the weights no refit has sent). (vLLM on CPU repacks linear weights into
+        kernels' own layouts, so its parameters cannot be read back; whether the loaded weights are
+        really used is what the log-prob probe checks.)"""
+        held = {**self._model_sums(skip=set(self.received)), **self.received}
         total: dict[str, float] = {}
-        for name, value in self.received.items():
+        for name, value in held.items():
             g = wire.weight_group(name)
             total[g] = total.get(g, 0.0) + value
         return {"sums": total}

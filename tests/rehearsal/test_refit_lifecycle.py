@@ -471,3 +471,46 @@ def _run_step_tail(step_module, run, monkeypatch, stop):
     del dataclasses
     with pytest.raises(stop):
         step_module.train_step(run, state, 1)
+
+
+def test_the_engine_reads_model_sums_only_for_weights_no_refit_sent(monkeypatch, tmp_path):
+    # Breakage caught (review): the engine reading and summing the whole checkpoint at start-up
+    # (145 GB for 72B, inside engine_startup_timeout_s, on every Slurm stage) although the first
+    # refit, which is always verified, sends every weight.
+    import safetensors
+    import safetensors.torch
+
+    module = _server_module(monkeypatch)
+    safetensors.torch.save_file({"model.layers.0.w": torch.full((2, 2), 2.0), "model.layers.1.w": torch.ones(3)},
+                                str(tmp_path / "model.safetensors"))
+    read: list[str] = []
+    real_open = safetensors.safe_open
+
+    class Counting:
+        def __init__(self, *a, **k):
+            self.f = real_open(*a, **k)
+
+        def __enter__(self):
+            self.f.__enter__()
+            return self
+
+        def __exit__(self, *exc):
+            return self.f.__exit__(*exc)
+
+        def keys(self):
+            return self.f.keys()
+
+        def get_tensor(self, name):
+            read.append(name)
+            return self.f.get_tensor(name)
+
+    monkeypatch.setattr(safetensors, "safe_open", Counting)
+    server = module.Server.__new__(module.Server)
+    server.spec, server.received = {"model": str(tmp_path)}, {}
+    assert server.op_group_sums({})["sums"] == {"model.layers.0": 16.0, "model.layers.1": 3.0}  # before any refit
+    server.received = {"model.layers.0.w": 4.0}  # a refit sent layer 0 only: layer 1 read from the directory
+    read.clear()
+    assert server.op_group_sums({})["sums"] == {"model.layers.0": 4.0, "model.layers.1": 3.0} and read == ["model.layers.1.w"]
+    server.received = {"model.layers.0.w": 4.0, "model.layers.1.w": 1.0}  # every weight refit: nothing read
+    read.clear()
+    assert server.op_group_sums({})["sums"] == {"model.layers.0": 4.0, "model.layers.1": 1.0} and read == []
