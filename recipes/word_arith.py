@@ -104,40 +104,85 @@ def _add_sub_add(r, n, it):
                           f"and then finds {d} more. How many {it} does {n} have now?"), a + b - c + d
 
 
-#: kind -> (steps, generator, weight in the mix); one-step problems weigh most (the 135M model solves
-#: almost no multi-step ones: 2.5% on 200 of them, docs/results.md)
-KINDS: dict[str, tuple[int, Callable, int]] = {
-    "add": (1, _add, 3),
-    "sub": (1, _sub, 3),
-    "mul": (1, _mul, 1),
-    "add_add": (2, _add_add, 2),
-    "add_sub": (2, _add_sub, 2),
-    "mul_add": (2, _mul_add, 1),
-    "add_sub_add": (3, _add_sub_add, 1),
+def _add_small(r, n, it):
+    a, b = r.randint(2, 9), r.randint(2, 9)
+    return (a, b), f"{n} has {a} {it}. {_he(n)} gets {b} more {it}. How many {it} does {n} have now?", a + b
+
+
+def _add_teen(r, n, it):
+    a, b = r.randint(10, 20), r.randint(2, 9)
+    return (a, b), f"{n} has {a} {it}. {_he(n)} gets {b} more {it}. How many {it} does {n} have now?", a + b
+
+
+def _sub_small(r, n, it):
+    a = r.randint(5, 19)
+    b = r.randint(2, min(9, a - 2))
+    return (a, b), f"{n} has {a} {it}. {_he(n)} gives {b} {it} to a friend. How many {it} does {n} have left?", a - b
+
+
+def _mul_small(r, n, it):
+    a, b, box = r.randint(2, 5), r.randint(2, 10), r.choice(CONTAINERS)
+    return (a, b), f"{n} has {a} {box} with {b} {it} in each. How many {it} does {n} have?", a * b
+
+
+def _add_add_small(r, n, it):
+    a, b, c = r.randint(2, 9), r.randint(2, 9), r.randint(2, 9)
+    return (a, b, c), (f"{n} has {a} {it}. {_he(n)} buys {b} more {it} and then finds {c} more. "
+                       f"How many {it} does {n} have now?"), a + b + c
+
+
+#: every story shape: kind -> (steps, generator); each generator draws its numbers from fixed ranges
+#: (``*_small`` / ``*_teen``: one-digit operands, the others up to 50)
+KINDS: dict[str, tuple[int, Callable]] = {
+    "add": (1, _add),
+    "sub": (1, _sub),
+    "mul": (1, _mul),
+    "add_add": (2, _add_add),
+    "add_sub": (2, _add_sub),
+    "mul_add": (2, _mul_add),
+    "add_sub_add": (3, _add_sub_add),
+    "add_small": (1, _add_small),
+    "add_teen": (1, _add_teen),
+    "sub_small": (1, _sub_small),
+    "mul_small": (1, _mul_small),
+    "add_add_small": (2, _add_add_small),
 }
+
+#: the kinds the splits hold and their weights in the mix; one-step problems weigh most (the 135M
+#: model solves almost no multi-step ones: 2.5% on 200 of them, docs/results.md)
+MIX: dict[str, int] = {"add": 3, "sub": 3, "mul": 1, "add_add": 2, "add_sub": 2, "mul_add": 1, "add_sub_add": 1}
 
 
 def kind_problems(kind: str, count: int, seed: int = SEED) -> list[Problem]:
-    """``count`` distinct problems (by numbers) of one kind, drawn with ``seed``."""
-    steps, make, _ = KINDS[kind]
+    """``count`` distinct problems (by numbers) of one kind, drawn with ``seed``.
+
+    Raises ValueError when the kind's number ranges hold fewer than ``count`` distinct problems
+    (10,000 draws in a row without a new one)."""
+    steps, make = KINDS[kind]
     r = random.Random(f"{seed}-{kind}")
     seen: set[tuple] = set()
     out: list[Problem] = []
+    misses = 0
     while len(out) < count:
         name, item = r.choice(NAMES), r.choice(ITEMS)
         numbers, text, answer = make(r, name, item)
         if numbers in seen:
+            misses += 1
+            if misses > 10_000:
+                raise ValueError(f"word_arith: kind {kind!r} has only {len(seen)} distinct problems, {count} "
+                                 f"were asked for; lower its weight in MIX or the split sizes in SPLITS")
             continue
+        misses = 0
         seen.add(numbers)
         out.append(Problem(kind, steps, numbers, text, answer))
     return out
 
 
 def problems(count: int, seed: int = SEED) -> list[Problem]:
-    """``count`` problems in :data:`KINDS`'s mix (per kind its weight's share, distinct numbers within
-    a kind), shuffled with ``seed``."""
-    total = sum(w for _, _, w in KINDS.values())
-    out = [p for kind, (_, _, w) in KINDS.items() for p in kind_problems(kind, round(count * w / total), seed)]
+    """``count`` problems in :data:`MIX` (per kind its weight's share, distinct numbers within a
+    kind), shuffled with ``seed``."""
+    total = sum(MIX.values())
+    out = [p for kind, w in MIX.items() for p in kind_problems(kind, round(count * w / total), seed)]
     random.Random(seed).shuffle(out)
     return out
 
@@ -146,9 +191,9 @@ def split_records(seed: int = SEED) -> dict[str, list[dict]]:
     """The train / val / test records, stratified by kind: each kind's distinct problems are cut into
     the three splits in :data:`SPLITS` proportions, so every split has the same mix and no (kind,
     numbers) is in two splits."""
-    total = sum(w for _, _, w in KINDS.values())
+    total = sum(MIX.values())
     parts: dict[str, list[Problem]] = {split: [] for split in SPLITS}
-    for kind, (_, _, w) in KINDS.items():
+    for kind, w in MIX.items():
         sizes = {split: round(size * w / total) for split, size in SPLITS.items()}
         pool = kind_problems(kind, sum(sizes.values()), seed)
         start = 0

@@ -1,7 +1,7 @@
 """Base accuracy of a model on the word-problem splits, measured with vLLM (greedy, as validation does).
 
     .venv-vllm/bin/python recipes/word_arith_baseline.py [--model DIR] [--splits val test train] \
-        [--limit 500] [--max-tokens 128] [--out FILE.json]
+        [--limit 500] [--max-tokens 128] [--template FILE.jinja ...] [--probe N] [--out FILE.json]
 
 ``--model`` defaults to the cached SmolLM2-135M-Instruct conversion (built by the trainer's
 environment: ``.venv/bin/python -c "from fastrl.models.packaged import packaged_model_dir;
@@ -9,6 +9,12 @@ packaged_model_dir('smollm2-135m-instruct')"``). Prompts are rendered as the rec
 (``recipes/data/word_arith.jinja`` inside the model's chat template, no special tokens added) and
 graded with :func:`recipes.word_arith.grade`. Prints, per split and per kind: accuracy with its
 binomial standard error, and the fractions wrong and invalid; ``--out`` writes them as JSON.
+
+``--probe N`` measures every story shape of :data:`recipes.word_arith.KINDS` instead of the splits:
+N problems of each, drawn with :data:`PROBE_SEED` (not the splits' seed), so that the mix
+(:data:`recipes.word_arith.MIX`) can be chosen without looking at the validation or test problems
+(a probe problem may coincide with a split's by chance). ``--template`` takes one or more prompt
+templates and measures each (default ``recipes/data/word_arith.jinja``, the recipes' template).
 Runs in the engine environment (vLLM, transformers 5); imports only this directory's task module.
 """
 
@@ -27,7 +33,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from recipes.word_arith import DATA_DIR, grade  # noqa: E402
+from recipes.word_arith import DATA_DIR, KINDS, grade, kind_problems  # noqa: E402
+
+#: seed of the ``--probe`` problems (the splits use :data:`recipes.word_arith.SEED`)
+PROBE_SEED = 1031
 
 
 def _default_model() -> str:
@@ -52,6 +61,8 @@ def main() -> None:
     parser.add_argument("--splits", nargs="+", default=["val", "test", "train"])
     parser.add_argument("--limit", type=int, default=500, help="first N problems of each split")
     parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--template", nargs="+", type=Path, default=[DATA_DIR / "word_arith.jinja"])
+    parser.add_argument("--probe", type=int, default=0, help="N problems of every kind instead of the splits")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -61,13 +72,20 @@ def main() -> None:
 
     model = args.model or _default_model()
     tok = AutoTokenizer.from_pretrained(model)
-    template = Template((DATA_DIR / "word_arith.jinja").read_text())
     start = time.time()
     llm = LLM(model, dtype="float32", max_model_len=512, enforce_eager=True, kv_cache_memory_bytes=512 * 2**20, seed=0)
     print(f"engine ready in {time.time() - start:.0f} s", flush=True)
     results: dict = {"model": model, "max_tokens": args.max_tokens, "splits": {}}
-    for split in args.splits:
-        rows = [json.loads(line) for line in (DATA_DIR / f"word_arith_{split}.jsonl").read_text().splitlines()][: args.limit]
+    if args.probe:
+        sets = {"probe": [{"problem": p.text, "answer": str(p.answer), "kind": p.kind}
+                          for kind in KINDS for p in kind_problems(kind, args.probe, PROBE_SEED)]}
+    else:
+        sets = {split: [json.loads(line) for line in (DATA_DIR / f"word_arith_{split}.jsonl").read_text().splitlines()]
+                [: args.limit] for split in args.splits}
+    for (split, rows), template_path in ((x, t) for x in sets.items() for t in args.template):
+        template = Template(template_path.read_text())
+        if len(args.template) > 1:
+            split = f"{split} [{template_path.name}]"
         prompts = []
         for r in rows:
             text = tok.apply_chat_template([{"role": "user", "content": template.render(problem=r["problem"]).strip()}],
