@@ -8,7 +8,18 @@ from pathlib import Path
 import pytest
 
 from recipes import get_recipe
-from recipes.word_arith import DATA_DIR, KINDS, SPLITS, grade, parse_answer, problems, split_records, word_arith_reward
+from recipes.word_arith import (
+    DATA_DIR,
+    KINDS,
+    MIX,
+    SPLITS,
+    grade,
+    kind_problems,
+    parse_answer,
+    problems,
+    split_records,
+    word_arith_reward,
+)
 
 
 def _committed(split: str) -> list[dict]:
@@ -20,24 +31,34 @@ def test_committed_splits_are_the_generator_output_and_disjoint():
     keys = {}
     for split, size in SPLITS.items():
         rows = _committed(split)
-        assert rows == generated[split] and abs(len(rows) - size) <= len(KINDS)  # rounded per kind
+        assert rows == generated[split] and abs(len(rows) - size) <= len(MIX)  # rounded per kind
         keys[split] = {r["problem"] for r in rows}
     assert not (keys["train"] & keys["val"]) and not (keys["train"] & keys["test"]) and not (keys["val"] & keys["test"])
     mixes = [sorted({r["kind"] for r in generated[split]}) for split in SPLITS]  # stratified: every kind in every split
-    assert all(m == sorted(KINDS) for m in mixes)
+    assert all(m == sorted(MIX) for m in mixes)
+
+
+RULES = {"add": lambda n: n[0] + n[1], "sub": lambda n: n[0] - n[1], "mul": lambda n: n[0] * n[1],
+         "add_add": sum, "add_sub": lambda n: n[0] + n[1] - n[2], "mul_add": lambda n: n[0] * n[1] + n[2],
+         "add_sub_add": lambda n: n[0] + n[1] - n[2] + n[3], "add_small": sum, "add_teen": sum,
+         "sub_small": lambda n: n[0] - n[1], "mul_small": lambda n: n[0] * n[1], "add_add_small": sum}
 
 
 def test_generator_is_seeded_and_answers_are_right():
     a, b = problems(300, seed=5), problems(300, seed=5)
     assert a == b and a != problems(300, seed=6)
-    assert {p.kind for p in a} == set(KINDS)
-    rules = {"add": lambda n: n[0] + n[1], "sub": lambda n: n[0] - n[1], "mul": lambda n: n[0] * n[1],
-             "add_add": sum, "add_sub": lambda n: n[0] + n[1] - n[2], "mul_add": lambda n: n[0] * n[1] + n[2],
-             "add_sub_add": lambda n: n[0] + n[1] - n[2] + n[3]}
-    for p in a:
+    assert {p.kind for p in a} == set(MIX) and set(MIX) <= set(KINDS) and set(RULES) == set(KINDS)
+    every_kind = a + [p for kind in KINDS for p in kind_problems(kind, 30, seed=5)]
+    for p in every_kind:
         n = p.numbers
-        expected = rules[p.kind](n)
-        assert p.answer == expected and p.answer >= 0 and all(str(x) in p.text for x in n)
+        assert p.answer == RULES[p.kind](n) and p.answer >= 0 and all(str(x) in p.text for x in n)
+
+
+def test_a_kind_with_too_few_distinct_problems_is_refused_by_name():
+    # add_small: 8 x 8 one-digit pairs; asking for more must stop with a clear error, not loop forever
+    assert len(kind_problems("add_small", 64)) == 64
+    with pytest.raises(ValueError, match="kind 'add_small' has only 64 distinct problems, 65 were asked for"):
+        kind_problems("add_small", 65)
 
 
 @pytest.mark.parametrize("response, answer, outcome", [
