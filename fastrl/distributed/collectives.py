@@ -211,10 +211,19 @@ def is_model_parallel_source() -> bool:
 def broadcast_object_model_parallel(obj: Any) -> Any:
     """A picklable object given on the first rank of this model-parallel group (see
     :func:`is_model_parallel_source`), on every rank of the group; ``obj`` itself (no communication)
-    when the group has one member. Other ranks' ``obj`` is ignored (pass None)."""
+    when the group has one member. Other ranks' ``obj`` is ignored (pass None).
+
+    The peers first wait for the first rank on the wait group
+    (:func:`fastrl.distributed.parallel_state.model_parallel_wait_group`: gloo, NCCL runs only), so
+    that however long it worked alone (engine start, generation) no peer sits in an NCCL collective."""
+    from fastrl.distributed.parallel_state import model_parallel_wait_group
+
     group = model_parallel_group()
     if group is None or dist.get_world_size(group) == 1:
         return obj
+    wait = model_parallel_wait_group()
+    if wait is not None:
+        dist.barrier(group=wait)
     box = [obj if dist.get_rank(group) == 0 else None]
     dist.broadcast_object_list(box, src=dist.get_global_rank(group, 0), group=group)
     return box[0]

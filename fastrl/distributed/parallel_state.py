@@ -6,6 +6,13 @@ remaining factor of the world is data parallel), and megatron's RNG tracker. On 
 :mod:`fastrl.compat`'s CPU patches. :func:`destroy` undoes it (tests run several layouts in one
 process). The returned :class:`ParallelContext` carries the sizes, ranks and the DP group that the
 rest of FastRL passes around explicitly.
+
+With NCCL and model parallelism it also builds a gloo copy of the model-parallel groups, the
+**wait group** (:func:`model_parallel_wait_group`): where a model-parallel group's first rank works
+alone (starts its engine, generates, validates) its peers wait on the CPU, with the wait timeout,
+instead of inside an NCCL collective, which spins on each peer GPU (the TP engine's workers compute
+there) and which NCCL's watchdog aborts after the collective timeout (10 minutes by default; a
+72B engine's start or a 32B step's generation can take longer).
 """
 
 from __future__ import annotations
@@ -50,6 +57,31 @@ class ParallelContext:
     def is_logging_rank(self) -> bool:
         """Global rank 0 (prints and writes metrics)."""
         return self.rank == 0
+
+
+#: The gloo copy of this rank's model-parallel group (NCCL runs with TP x PP > 1), or None.
+_MODEL_PARALLEL_WAIT_GROUP: dist.ProcessGroup | None = None
+
+
+def model_parallel_wait_group() -> dist.ProcessGroup | None:
+    """The gloo group over this rank's model-parallel group that peers wait on while the group's
+    first rank works alone (built by :func:`initialize` for NCCL runs with model parallelism; None
+    otherwise: on gloo the collective itself waits on the CPU)."""
+    return _MODEL_PARALLEL_WAIT_GROUP
+
+
+def build_model_parallel_wait_group(timeout_s: float) -> dist.ProcessGroup:
+    """A gloo group per megatron-core model-parallel group (the same ranks), with ``timeout_s``;
+    returns this rank's. Collective over the world: every rank gathers every rank's model-parallel
+    ranks, and all create the groups in the same (sorted) order."""
+    from megatron.core import parallel_state as mpu
+
+    mine = dist.get_process_group_ranks(mpu.get_model_parallel_group())
+    everyone: list = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, mine)
+    groups = [list(g) for g in sorted({tuple(sorted(r)) for r in everyone})]
+    group, _ = dist.new_subgroups_by_enumeration(groups, timeout=timedelta(seconds=timeout_s), backend="gloo")
+    return group
 
 
 def resolve_backend(requested: str) -> str:
@@ -104,7 +136,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def initialize(parallel: ParallelConfig, *, seed: int, timeout_s: float = 600.0) -> ParallelContext:
+def initialize(
+    parallel: ParallelConfig, *, seed: int, timeout_s: float = 600.0, wait_timeout_s: float | None = None,
+) -> ParallelContext:
     """Initialize torch.distributed and megatron-core's parallel state for this process.
 
     Rank and world size come from the launcher's environment (``RANK``, ``WORLD_SIZE``,
@@ -115,6 +149,8 @@ def initialize(parallel: ParallelConfig, *, seed: int, timeout_s: float = 600.0)
         parallel: TP / PP sizes and the backend choice.
         seed: seed of megatron's RNG tracker (tensor-parallel ranks get distinct streams).
         timeout_s: collective timeout.
+        wait_timeout_s: timeout of the wait group (NCCL with TP x PP > 1; default ``timeout_s``):
+            the longest a model-parallel group's first rank may work alone.
 
     Raises:
         ConfigError: the world size is not divisible by TP x PP (or differs from parallel.world_size).
@@ -155,6 +191,10 @@ def initialize(parallel: ParallelConfig, *, seed: int, timeout_s: float = 600.0)
     tensor_parallel.model_parallel_cuda_manual_seed(seed)
     if backend == "gloo" and not torch.cuda.is_available():
         compat.apply_cpu_patches()  # patch megatron modules imported by the calls above
+    global _MODEL_PARALLEL_WAIT_GROUP
+    _MODEL_PARALLEL_WAIT_GROUP = None
+    if backend == "nccl" and parallel.tensor_model_parallel_size * parallel.pipeline_model_parallel_size > 1:
+        _MODEL_PARALLEL_WAIT_GROUP = build_model_parallel_wait_group(wait_timeout_s or timeout_s)
     return ParallelContext(
         backend=backend,
         rank=dist.get_rank(),
@@ -174,6 +214,8 @@ def destroy() -> None:
     """Tear down megatron's parallel state and the default process group (if initialized)."""
     from megatron.core import parallel_state as mpu
 
+    global _MODEL_PARALLEL_WAIT_GROUP
+    _MODEL_PARALLEL_WAIT_GROUP = None
     if mpu.model_parallel_is_initialized():
         mpu.destroy_model_parallel()
     if dist.is_initialized():

@@ -39,13 +39,16 @@ def export_launch_env() -> LaunchInfo:
 
 
 @contextlib.contextmanager
-def distributed_session(parallel: ParallelConfig, *, seed: int, timeout_s: float = 600.0) -> Iterator[ParallelContext]:
+def distributed_session(
+    parallel: ParallelConfig, *, seed: int, timeout_s: float = 600.0, wait_timeout_s: float | None = None,
+) -> Iterator[ParallelContext]:
     """This process's place in the TP x PP x DP grid, for the duration of the ``with`` block.
 
     Args:
         parallel: TP / PP sizes and the backend choice (see :func:`parallel_state.initialize`).
         seed: seed of megatron's RNG tracker.
         timeout_s: collective timeout.
+        wait_timeout_s: the model-parallel wait group's timeout (see :func:`parallel_state.initialize`).
 
     Yields:
         The :class:`~fastrl.distributed.parallel_state.ParallelContext`.
@@ -57,7 +60,7 @@ def distributed_session(parallel: ParallelConfig, *, seed: int, timeout_s: float
     """
     export_launch_env()
     try:
-        yield initialize(parallel, seed=seed, timeout_s=timeout_s)
+        yield initialize(parallel, seed=seed, timeout_s=timeout_s, wait_timeout_s=wait_timeout_s)
     finally:
         destroy()
     finalize_mpi()

@@ -39,6 +39,15 @@ def _setup_logging(rank: int, file: Path | None = None) -> None:
         root.addHandler(handler)
 
 
+def source_wait_timeout_s(config: RunConfig) -> float:
+    """Seconds the peers of a model-parallel group may wait for its first rank working alone (the
+    wait group's timeout, :func:`fastrl.distributed.parallel_state.model_parallel_wait_group`): its
+    engine's start and one engine request, again for each restart ``rollout.engine_restart_retries``
+    allows, plus 10 minutes for scoring and saving."""
+    ro = config.rollout
+    return (1 + ro.engine_restart_retries) * (ro.engine_startup_timeout_s + ro.engine_timeout_s) + 600.0
+
+
 def run(config: RunConfig) -> int:
     """Train ``config`` to completion (or to the end of this Slurm stage); return an exit code.
 
@@ -53,7 +62,7 @@ def run(config: RunConfig) -> int:
 
     start = time.time()
     set_torch_threads(config)
-    with distributed_session(config.parallel, seed=config.trainer.seed) as ctx:
+    with distributed_session(config.parallel, seed=config.trainer.seed, wait_timeout_s=source_wait_timeout_s(config)) as ctx:
         trainer = Trainer(config, ctx)
         try:
             summary = trainer.fit()

@@ -83,3 +83,44 @@ def tp_rollout_worker(model_dir: Path, tp: int) -> dict[str, Any]:
         "input_ids": batch.input_ids,
         "pixels": batch.pixel_values[0],
     }
+
+
+def wait_group_worker(tp: int, pp: int) -> dict[str, Any]:
+    """Builds the model-parallel wait group (what :func:`parallel_state.initialize` does for NCCL runs
+    with model parallelism; gloo here), then lets the first rank of each model-parallel group work
+    alone for a while before its broadcast: the peers must wait on the wait group's barrier first."""
+    import time
+
+    import torch.distributed as dist
+    from megatron.core import parallel_state as mpu
+
+    from fastrl.config import ParallelConfig
+    from fastrl.distributed import collectives, parallel_state
+
+    ctx = parallel_state.initialize(
+        ParallelConfig(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp), seed=1
+    )
+    assert parallel_state.model_parallel_wait_group() is None  # gloo run: the broadcast waits on the CPU itself
+    wait = parallel_state.build_model_parallel_wait_group(timeout_s=60.0)
+    barriers: list = []
+    real_barrier = dist.barrier
+    dist.barrier = lambda group=None, **k: barriers.append(group) or real_barrier(group=group, **k)
+    parallel_state._MODEL_PARALLEL_WAIT_GROUP = wait
+    try:
+        source = collectives.is_model_parallel_source()
+        if source:
+            time.sleep(1.0)  # works alone
+        start = time.monotonic()
+        got = collectives.broadcast_object_model_parallel({"from": ctx.rank} if source else None)
+        waited = time.monotonic() - start
+    finally:
+        dist.barrier = real_barrier
+        parallel_state._MODEL_PARALLEL_WAIT_GROUP = None
+    out = {
+        "rank": ctx.rank, "dp_rank": ctx.dp_rank, "source": source, "got": got, "waited": waited,
+        "wait_ranks": dist.get_process_group_ranks(wait), "wait_backend": dist.get_backend(wait),
+        "mp_ranks": dist.get_process_group_ranks(mpu.get_model_parallel_group()),
+        "barriers_on_wait": sum(1 for g in barriers if g is wait),
+    }
+    parallel_state.destroy()
+    return out
