@@ -21,6 +21,7 @@ from fastrl.rollout.refit_transport import (
     make_transport,
     transport_for_device,
 )
+from tests.rehearsal.fake_cuda import RecordingLLM
 
 SERVER = Path(engine_client.__file__).with_name("engine_server.py")
 
@@ -107,28 +108,6 @@ def test_engine_sees_only_its_ranks_gpus():
 # ---- the engine server's logic, without vLLM ------------------------------------------------------
 
 
-class _RecordingLLM:
-    """Records the calls the engine server makes on ``vllm.LLM`` (sleep mode is GPU-only in vLLM)."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple] = []
-        self.loaded: dict[str, torch.Tensor] = {}
-
-    def sleep(self, level):
-        self.calls.append(("sleep", level))
-
-    def wake_up(self, tags=None):
-        self.calls.append(("wake_up", tuple(tags) if tags else None))
-
-    def collective_rpc(self, method, kwargs):
-        items = [(name, t.clone()) for name, t in kwargs["weights_iterator"]]
-        self.loaded.update(items)
-        self.calls.append((method, [name for name, _ in items]))
-
-    def reset_prefix_cache(self):
-        self.calls.append(("reset_prefix_cache",))
-
-
 @pytest.fixture()
 def server_module(monkeypatch):
     """``engine_server.py`` loaded by path, as the engine environment runs it (its import-time
@@ -146,6 +125,7 @@ def _server(module, llm, *, sleep_enabled=True):
     server.llm, server.sleep_enabled = llm, sleep_enabled
     server.asleep, server.weights_awake = False, True
     server._maps, server.received, server.weight_version = {}, {}, 0
+    server.spec = {"model": str(Path(__file__).parent)}  # a model directory without weight files
     return server
 
 
@@ -163,7 +143,7 @@ def _via_shared_memory(server) -> int:
 
 
 def test_refit_while_asleep_wakes_weights_first_and_kv_cache_later(server_module):
-    llm = _RecordingLLM()
+    llm = RecordingLLM()
     server = _server(server_module, llm)
     server.op_sleep({})
     server.op_sleep({})  # idempotent
@@ -184,7 +164,7 @@ def test_refit_while_asleep_wakes_weights_first_and_kv_cache_later(server_module
 
 
 def test_refit_awake_resets_the_prefix_cache_and_sleep_mode_off_is_a_no_op(server_module):
-    llm = _RecordingLLM()
+    llm = RecordingLLM()
     server = _server(server_module, llm, sleep_enabled=False)
     server.op_sleep({})
     _via_shared_memory(server)
@@ -205,7 +185,7 @@ def test_cuda_ipc_transport_packs_buckets_the_server_reloads(server_module, monk
     FakeCuda(device_count=1).install(monkeypatch)
     real_pack = refit_transport.pack_flat
     monkeypatch.setattr(refit_transport, "pack_flat", lambda bucket: (cuda_typed(real_pack(bucket)[0]), real_pack(bucket)[1]))
-    llm = _RecordingLLM()
+    llm = RecordingLLM()
     server = _server(server_module, llm)
     transport = CudaIpcTransport(1, skip_after_first=lambda n: n.startswith("model.layers.0."))
     requests = []
