@@ -407,7 +407,8 @@ def check_environment(spec: dict) -> dict | None:
         if arch in wire.NEEDS_TORCHVISION and importlib.util.find_spec("torchvision") is None:
             return wire.error_reply(
                 f"the engine environment {sys.executable} cannot load {arch}: vLLM's model code for it needs "
-                f"torchvision, which this environment lacks (vllm-cpu: use a text-only model such as Qwen2)",
+                f"torchvision, which this environment lacks (install torchvision built for this torch; on CPU "
+                f"tools/setup_vllm_cpu.sh installs PyPI's with tools/engine_env/_fastrl_torchvision_cpu.py)",
                 "architecture",
             )
     return None

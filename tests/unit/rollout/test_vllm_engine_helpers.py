@@ -201,3 +201,21 @@ def test_cuda_ipc_transport_packs_buckets_the_server_reloads(server_module, monk
     llm.loaded.clear()
     assert transport.send(iter(WEIGHTS), request, wait=lambda h: None) == (1, 8)  # frozen: sent once
     assert list(llm.loaded) == ["lm_head.weight"]
+
+
+def test_a_vision_language_model_without_torchvision_is_refused_by_name(server_module, monkeypatch, tmp_path):
+    # An engine environment without torchvision (a cluster's vLLM environment built without it):
+    # one start-up line naming the architecture and what to install, not vLLM's import traceback.
+    import importlib.util as iu
+    import json
+    import types
+
+    monkeypatch.setitem(sys.modules, "vllm", types.ModuleType("vllm"))
+    real = iu.find_spec
+    monkeypatch.setattr(iu, "find_spec", lambda name, *a: None if name == "torchvision" else real(name, *a))
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["Qwen2_5_VLForConditionalGeneration"]}))
+    reply = server_module.check_environment({"model": str(tmp_path)})
+    assert reply["kind"] == "architecture"
+    assert "cannot load Qwen2_5_VLForConditionalGeneration" in reply["error"] and "install torchvision" in reply["error"]
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["Qwen2ForCausalLM"]}))
+    assert server_module.check_environment({"model": str(tmp_path)}) is None
