@@ -67,6 +67,7 @@ if [ "${dry_run}" = 0 ]; then
 fi
 
 export FASTRL_RECIPE="${recipe}" FASTRL_RUN_DIR="${run_dir}" FASTRL_LAUNCH="${launch}"
+export FASTRL_REPO="${FASTRL_REPO:-$(cd "$(dirname "$0")/.." && pwd)}"  # slurm/torchrun_task.sh is found there
 export FASTRL_STAGE_STEPS="${stage_steps}" FASTRL_STAGE_SECONDS="${stage_seconds}"
 previous=""
 for ((k = 1; k <= stages; k++)); do
@@ -74,7 +75,7 @@ for ((k = 1; k <= stages; k++)); do
   cmd=(sbatch --parsable --job-name="fastrl-${name}" --comment="${comment}" --output="${log}"
        --signal="B:USR1@${grace}" --kill-on-invalid-dep=yes)
   [ -n "${previous}" ] && cmd+=(--dependency="afterok:${previous}")
-  cmd+=("${sbatch_opts[@]}" "${sbatch_file}" "${overrides[@]}")
+  cmd+=(${sbatch_opts[@]+"${sbatch_opts[@]}"} "${sbatch_file}" ${overrides[@]+"${overrides[@]}"})  # empty arrays: bash < 4.4 with set -u
   if [ "${dry_run}" = 1 ]; then
     echo "FASTRL_RECIPE=${recipe} FASTRL_RUN_DIR=${run_dir} FASTRL_LAUNCH=${launch} FASTRL_STAGE_STEPS=${stage_steps} FASTRL_STAGE_SECONDS=${stage_seconds} FASTRL_STAGE=${k} ${cmd[*]}"
     previous="<stage${k}>"

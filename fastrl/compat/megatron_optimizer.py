@@ -14,8 +14,8 @@ handle that key when it loads a checkpoint:
   count in its train state (:func:`adam_steps`) and puts it back (:func:`restore_adam_steps`).
 
 :func:`ensure_optimizer_state` gives a fresh optimizer (its state is created lazily by the first
-step) placeholder tensors to load into. With Apex or Transformer Engine these functions change
-nothing. Tested in ``tests/unit/compat/test_megatron_optimizer.py``; the exact-resume functional test
+step) placeholder tensors to load into. With Apex or Transformer Engine (FusedAdam: no
+per-parameter ``step``) these functions change nothing. Tested in ``tests/unit/compat/test_megatron_optimizer.py``; the exact-resume functional test
 checks the whole.
 """
 
@@ -95,8 +95,14 @@ def restore_adam_steps(optimizer: Any, step: float) -> None:
     per parameter; ``fully_reshardable`` skips it), so the bias correction of a resumed run would
     drift from an uninterrupted one. The count is saved in the train state instead. The
     exact-resume test catches both.
+
+    Only states that hold a per-parameter ``step`` (torch's Adam) are touched: Transformer
+    Engine's and Apex's FusedAdam keep the count per group, and a ``step`` key added to their
+    per-parameter state breaks their ``state_dict()`` (TE 2.11's ``get_unscaled_state`` knows only
+    ``exp_avg``, ``exp_avg_sq`` and ``master_param``: ``KeyError: 'step'`` at the first save after a
+    resume).
     """
     for opt in _optimizers(optimizer):
         for state in opt.optimizer.state.values():
-            if "exp_avg" in state:
+            if "exp_avg" in state and "step" in state:
                 state["step"] = torch.tensor(float(step), dtype=torch.float32)

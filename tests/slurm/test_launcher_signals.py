@@ -120,6 +120,34 @@ def test_signal_to_launcher_matches_table(slurm, tmp_path, sig, launcher, outcom
         assert f"{sig} received" in output and "forwarding USR1" in output, output
 
 
+@pytest.mark.parametrize("sig", ["USR1", "TERM"])
+def test_torchrun_task_passes_the_stop_signal_to_torchruns_workers(tmp_path, sig):
+    # slurm/torchrun_task.sh, the step's task in train.sbatch's torchrun launch. The signal goes to
+    # the task process alone, as Slurm's proctrack/cgroup delivers `scancel --signal` (only to
+    # slurmstepd's children). Breakage caught: a task that execs torchrun (USR1 kills torchrun,
+    # no save; or never reaches the workers, which torchrun starts in their own sessions).
+    task = REPO / "slurm" / "torchrun_task.sh"
+    cmd = [str(task), *_command("torchrun --nproc-per-node=2", tmp_path)]
+    log = tmp_path / "task.log"
+    with log.open("w") as log_file:
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait_steps(tmp_path, proc, 2, 2)
+        os.kill(proc.pid, getattr(signal, f"SIG{sig}"))  # the task only, not its process group
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        _kill_workers(tmp_path)
+    output = log.read_text()
+    saved = {p.name: json.loads(p.read_text()) for p in tmp_path.glob("saved.rank*.json")}
+    assert sorted(saved) == ["saved.rank0.json", "saved.rank1.json"], output
+    assert {r["reason"] for r in saved.values()} == {"SIGUSR1"}, output
+    assert proc.returncode == 0, output  # torchrun's workers exited 0, and so did torchrun
+    assert f"torchrun_task: {sig} received" in output and "forwarding USR1 to the workers of torchrun" in output
+
+
 def _kill_workers(out: Path) -> list[int]:
     """KILL the stand-in ranks of this test still running (our own processes, by pid); their pids."""
     pids = []

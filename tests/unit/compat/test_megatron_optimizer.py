@@ -90,6 +90,19 @@ def test_restore_adam_steps_sets_the_saved_count_in_separate_tensors():
     assert steps[0] is not steps[1]  # torch's Adam increments each; a shared tensor would count twice
 
 
+def test_restore_adam_steps_leaves_a_fused_adams_per_parameter_state_alone():
+    # Transformer Engine's / Apex's FusedAdam keep the step per group, and TE's state_dict() fails
+    # on any per-parameter key but exp_avg, exp_avg_sq and master_param. Breakage caught: a
+    # "step" added to every state with exp_avg (KeyError: 'step' at the first save after a resume).
+    fused_like = types.SimpleNamespace(optimizer=types.SimpleNamespace(state={
+        "p0": {"exp_avg": torch.zeros(2), "exp_avg_sq": torch.zeros(2)},
+        "p1": {"exp_avg": torch.zeros(3), "exp_avg_sq": torch.zeros(3), "master_param": torch.zeros(3)},
+    }))
+    restore_adam_steps(fused_like, 7)
+    assert all("step" not in s for s in fused_like.optimizer.state.values())
+    assert adam_steps(fused_like) == []
+
+
 def test_ensure_optimizer_state_gives_a_fresh_optimizer_placeholders():
     opt, main_param = _distributed_optimizer(stepped=False)
     assert len(opt.optimizer.state) == 0  # created lazily by the first step: nothing to load into
