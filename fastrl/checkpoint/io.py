@@ -63,7 +63,9 @@ class CheckpointIO:
         self.cfg = config
         self.ctx = ctx
         self.root = Path(config.checkpoint.dir) if config.checkpoint.dir else Path(run_dir) / "checkpoints"
-        self.manager = CheckpointManager(self.root, keep_last=config.checkpoint.keep_last)
+        # rank 0 deletes old checkpoints in the background: the other ranks wait at the save's barrier
+        self.manager = CheckpointManager(self.root, keep_last=config.checkpoint.keep_last,
+                                         background_delete=ctx.rank == 0)
         self.phase = phase or (lambda name: contextlib.nullcontext())
         self.last_saved_step: int | None = None
         #: After a resume: " (resharded from TP=.. PP=.. DP=.. to ...)" when the layout changed, else "".

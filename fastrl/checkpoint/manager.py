@@ -23,6 +23,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -64,6 +66,11 @@ def _atomic_write_text(path: Path, text: str) -> None:
     _fsync_dir(path.parent)
 
 
+def _remove_all(paths: list[Path]) -> None:
+    for p in paths:
+        shutil.rmtree(p, ignore_errors=True)
+
+
 def _list_files(root: Path) -> dict[str, int]:
     files = {}
     for p in sorted(root.rglob("*")):
@@ -79,13 +86,21 @@ class CheckpointManager:
         root: checkpoint directory (created when missing).
         keep_last: complete checkpoints kept; older ones are deleted after a publish. The one
             recorded as best (:meth:`mark_best`) is kept in addition.
+        background_delete: delete in a (non-daemon) thread: a directory to delete is first renamed
+            to a ``.del-`` name (atomic; from then on it is no checkpoint and no staging directory),
+            then removed while the caller goes on. The trainer's rank 0 uses it so that the other
+            ranks, waiting at the save's barrier, never wait for a large delete on shared storage
+            (a 72B checkpoint with its optimizer state is about 1 TB). A process that ends waits for
+            the thread; one that is killed leaves ``.del-`` directories, removed by the next publish.
     """
 
-    def __init__(self, root: str | os.PathLike, *, keep_last: int = 2) -> None:
+    def __init__(self, root: str | os.PathLike, *, keep_last: int = 2, background_delete: bool = False) -> None:
         if keep_last < 1:
             raise ValueError(f"keep_last must be >= 1, got {keep_last}")
         self.root = Path(root)
         self.keep_last = keep_last
+        self.background_delete = background_delete
+        self._deleters: list[threading.Thread] = []
 
     # ---- writing ---------------------------------------------------------------------------
 
@@ -93,7 +108,7 @@ class CheckpointManager:
         """A fresh temporary directory to write the checkpoint of ``step`` into."""
         tmp = self.root / f".tmp-{step_dir_name(step)}"
         if tmp.exists():
-            shutil.rmtree(tmp)
+            self._delete([tmp])
         tmp.mkdir(parents=True)
         return tmp
 
@@ -109,10 +124,10 @@ class CheckpointManager:
         if final.exists():
             old = self.root / f".old-{step_dir_name(step)}"
             if old.exists():
-                shutil.rmtree(old)
+                self._delete([old])
             os.replace(final, old)
             os.replace(staging, final)
-            shutil.rmtree(old)
+            self._delete([old])
         else:
             os.replace(staging, final)
         _fsync_dir(self.root)
@@ -204,13 +219,37 @@ class CheckpointManager:
         keep = {c.path for c in complete[-self.keep_last :]}
         if best is not None:
             keep.add(best.path)
-        for c in complete:
-            if c.path not in keep:
-                shutil.rmtree(c.path, ignore_errors=True)
-        for p in self._stale_temporaries():
-            shutil.rmtree(p, ignore_errors=True)
+        self._delete([c.path for c in complete if c.path not in keep] + list(self._stale_temporaries()))
 
     def _stale_temporaries(self) -> Iterable[Path]:
         for p in self.root.iterdir():
-            if p.name.startswith((".tmp-", ".old-")) and p.is_dir():
+            if p.name.startswith((".tmp-", ".old-", ".del-")) and p.is_dir():
                 yield p
+
+    def _delete(self, paths: list[Path]) -> None:
+        """Remove directories: each renamed to a ``.del-`` name first, then removed, here or in a
+        background thread (``background_delete``)."""
+        doomed = []
+        for p in paths:
+            target = p if p.name.startswith(".del-") else self.root / f".del-{p.name.lstrip('.')}-{time.time_ns()}"
+            try:
+                if target != p:
+                    os.replace(p, target)
+            except FileNotFoundError:
+                continue
+            doomed.append(target)
+        if not doomed:
+            return
+        if self.background_delete:
+            self._deleters = [t for t in self._deleters if t.is_alive()]
+            thread = threading.Thread(target=_remove_all, args=(doomed,), name="checkpoint-delete", daemon=False)
+            thread.start()
+            self._deleters.append(thread)
+        else:
+            _remove_all(doomed)
+
+    def wait_for_deletions(self) -> None:
+        """Block until the background deletions started so far are done."""
+        for thread in self._deleters:
+            thread.join()
+        self._deleters = []

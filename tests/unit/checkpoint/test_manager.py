@@ -80,3 +80,34 @@ def test_save_resume_save_again_same_step(tmp_path):
     assert [c.step for c in mgr.complete_checkpoints()] == [10]
     _save(mgr, 11)
     assert mgr.find_latest().step == 11
+
+
+def test_background_deletion_renames_at_once_and_sweeps_what_a_kill_left(tmp_path):
+    # Breakage caught: rank 0 deleting old checkpoints (about 1 TB for 72B) while the other ranks
+    # wait at the save's barrier, whose NCCL timeout is 10 minutes; or a half-deleted checkpoint
+    # still looking like one (it is renamed out of the way before anything is deleted).
+    import threading
+
+    mgr = CheckpointManager(tmp_path, keep_last=1, background_delete=True)
+    release = threading.Event()
+    import fastrl.checkpoint.manager as manager_module
+
+    real = manager_module._remove_all
+    manager_module._remove_all = lambda paths: (release.wait(10), real(paths))
+    try:
+        _save(mgr, 10)
+        _save(mgr, 20)  # step 10 goes: renamed at once, removed in the background (held here)
+        assert [c.step for c in mgr.complete_checkpoints()] == [20]
+        assert not (tmp_path / "step_00000010").exists()
+        pending = [p.name for p in tmp_path.iterdir() if p.name.startswith(".del-")]
+        assert len(pending) == 1 and pending[0].startswith(".del-step_00000010-")
+        release.set()
+        mgr.wait_for_deletions()
+        assert not any(p.name.startswith(".del-") for p in tmp_path.iterdir())
+    finally:
+        manager_module._remove_all = real
+    # a process killed mid-delete leaves a .del- directory: the next publish removes it
+    (tmp_path / ".del-step_00000005-1").mkdir()
+    _save(mgr, 30)
+    mgr.wait_for_deletions()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["step_00000030"]
