@@ -36,8 +36,9 @@ stopped); a partly trained one resumes from its checkpoint, and its end-to-end t
 out (it is not one process's).
 
 Re-timing, by a rule fixed before the runs: a run during which other processes used more than
-:data:`RETIME_OTHER_CORES` cores on average (``bench_run.json``'s ``other_cores``; a run recorded
-without it counts as disturbed) is trained again into ``seed<S>/retime/<recipe>`` at the end of its
+:data:`RETIME_OTHER_CORES` cores on average (``bench_run.json``'s ``other_cores``, which counts
+the hypervisor's steal time too, since it slows a run the same way: ``steal_cores`` says how much
+of it was steal, from seed 2 on; a run recorded without it counts as disturbed) is trained again into ``seed<S>/retime/<recipe>`` at the end of its
 seed, once (``--retime SEED:ROW`` asks for one by hand). The runs are deterministic, so the second
 must compute exactly what the first did (every metric but times, :func:`same_computation`;
 checked, else an error); the report then takes its times and marks it ``retimed``.
@@ -246,13 +247,24 @@ def build_warm_start(seed_dir: Path, overrides: list[str], *, threads: int, time
 
 def busy_cpu_seconds() -> float:
     """CPU seconds the whole machine has spent busy since boot (``/proc/stat``: all but idle and
-    iowait); NaN where ``/proc/stat`` is missing."""
+    iowait, steal included: time the hypervisor gave to other machines slows a run as another
+    process would); NaN where ``/proc/stat`` is missing."""
     try:
         fields = [float(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
     except (OSError, IndexError, ValueError):
         return math.nan
     idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)
     return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def steal_cpu_seconds() -> float:
+    """CPU seconds the hypervisor has given to other virtual machines since boot (``/proc/stat``'s
+    steal column; part of :func:`busy_cpu_seconds`); NaN where it is missing."""
+    try:
+        fields = [float(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+        return fields[7] / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return math.nan
 
 
 def commit_of(repo: Path) -> str:
@@ -273,7 +285,7 @@ def run_one(row: Row, seed_dir: Path, overrides: list[str], *, position: int, th
     """Train one row (reusing a finished run) and write ``<recipe>.bench_run.json`` beside it."""
     resumed = (seed_dir / row.recipe / "checkpoints").exists() and not (seed_dir / row.recipe / "FINISHED").exists()
     commit = commit_of(REPO)
-    before = {"load_average": os.getloadavg(), "time": time.time(), "busy": busy_cpu_seconds(),
+    before = {"load_average": os.getloadavg(), "time": time.time(), "busy": busy_cpu_seconds(), "steal": steal_cpu_seconds(),
               "cpu": resource.getrusage(resource.RUSAGE_CHILDREN)}
     info = run_recipe(Entry(row.label, row.recipe, None, row.title), seed_dir, overrides, threads=threads, timeout=timeout)
     if info.get("reused"):
@@ -284,6 +296,8 @@ def run_one(row: Row, seed_dir: Path, overrides: list[str], *, position: int, th
     record = {
         "position": position, "started_at": before["time"], "process_seconds": info["process_seconds"],
         "cpu_seconds": own, "other_cpu_seconds": other, "other_cores": other / info["process_seconds"],
+        # the hypervisor's share of other_cores (steal): a slower machine, not a process of this one
+        "steal_cores": (steal_cpu_seconds() - before["steal"]) / info["process_seconds"],
         "load_average_before": list(before["load_average"]), "load_average_after": list(os.getloadavg()),
         "cores": len(os.sched_getaffinity(0)), "threads": threads, "resumed": resumed, "commit": commit,
     }
