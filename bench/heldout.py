@@ -38,7 +38,7 @@ out (it is not one process's).
 Re-timing, by a rule fixed before the runs: a run during which other processes used more than
 :data:`RETIME_OTHER_CORES` cores on average (``bench_run.json``'s ``other_cores``, which counts
 the hypervisor's steal time too, since it slows a run the same way: ``steal_cores`` says how much
-of it was steal, from seed 2 on; a run recorded without it counts as disturbed) is trained again into ``seed<S>/retime/<recipe>`` at the end of its
+of it was steal, from seed 3 on; a run recorded without it counts as disturbed) is trained again into ``seed<S>/retime/<recipe>`` at the end of its
 seed, once (``--retime SEED:ROW`` asks for one by hand). The runs are deterministic, so the second
 must compute exactly what the first did (every metric but times, :func:`same_computation`;
 checked, else an error); the report then takes its times and marks it ``retimed``.
