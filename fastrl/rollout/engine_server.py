@@ -203,10 +203,15 @@ class Server:
 
     def _after_reload(self, names: list[str], squares: list[float] | None) -> None:
         """After a reload: the output layer repacked when the input embedding came (tied
-        embeddings, :func:`repack_output_layer`); the prefix cache reset unless the engine's KV
-        cache sleeps (then :meth:`op_wake` does); the received sums of squares recorded."""
+        embeddings, :func:`repack_output_layer`); the encoder cache reset (vLLM keeps image
+        embeddings by image hash across requests: computed by the old vision tower they would be
+        stale, and its scheduler's and worker's halves fall out of step -- "Encoder cache miss" at
+        the next request with an image already seen, measured with the tiny Qwen2.5-VL); the
+        prefix cache reset unless the engine's KV cache sleeps (then :meth:`op_wake` does); the
+        received sums of squares recorded."""
         if any("embed_tokens" in name for name in names):
             self.llm.collective_rpc(repack_output_layer)
+        self.llm.llm_engine.reset_encoder_cache()
         if not self.asleep:
             self.llm.reset_prefix_cache()
         if squares is not None:

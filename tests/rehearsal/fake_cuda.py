@@ -164,7 +164,8 @@ class RecordingLLM:
     onto ``cuda:0``: every CUDA tensor found in the arguments is counted
     (:attr:`pickled_cuda_tensors`), the arguments are pickled and each of the
     ``tensor_parallel_size`` workers (:class:`FakeWorker`) runs the method on its own unpickled
-    copy. :attr:`payload_types` records the type of each ``weights_iterator`` payload."""
+    copy. :attr:`payload_types` records the type of each ``weights_iterator`` payload;
+    :attr:`encoder_cache_resets` counts ``llm_engine.reset_encoder_cache()`` calls."""
 
     def __init__(self, tensor_parallel_size: int = 1) -> None:
         self.tensor_parallel_size = tensor_parallel_size
@@ -173,6 +174,11 @@ class RecordingLLM:
         self.payload_types: list[type] = []
         self.pickled_cuda_tensors = 0
         self.workers = [FakeWorker(self, rank) for rank in range(tensor_parallel_size)]
+        self.encoder_cache_resets = 0
+        self.llm_engine = types.SimpleNamespace(reset_encoder_cache=self._reset_encoder_cache)
+
+    def _reset_encoder_cache(self) -> None:
+        self.encoder_cache_resets += 1
 
     def sleep(self, level: int) -> None:
         self.calls.append(("sleep", level))

@@ -157,6 +157,7 @@ def test_refit_while_asleep_wakes_weights_first_and_kv_cache_later(server_module
         ("wake_up", ("kv_cache",)),
         ("reset_prefix_cache",),
     ]
+    assert llm.encoder_cache_resets == 1  # after the reload: no image embedding of the old weights survives
     for name, tensor in WEIGHTS:
         assert torch.equal(llm.loaded[name], tensor)
         assert server.received[name] == pytest.approx(float(tensor.double().square().sum()))
