@@ -11,6 +11,9 @@ Index: patch -- upstream it was written for -- behaviour worked around -- where 
   -- CPU only (gloo without CUDA; it refuses to run when CUDA is available).
 - ``megatron_cpu.cpu_transformer_overrides`` -- megatron-core 0.16.1 -- fused CUDA kernels and GPU
   initialization in TransformerConfig -- CPU only.
+- ``megatron_kernels.cuda_kernel_overrides`` -- megatron-core 0.16.1 -- ``masked_softmax_fusion``
+  defaults to True and imports compiled extensions (Apex / ``fused_kernels``) the wheel lacks --
+  CUDA, where those extensions are missing.
 - ``megatron_cpu.dist_checkpointing`` -- megatron-core 0.16.1 -- checkpoint strategy modules, imported
   late, escape the CPU patch -- CPU only (a plain import on GPU).
 - ``megatron_bridge.import_auto_bridge`` (stand-ins) -- megatron-bridge 0.3.1 -- unconditional
@@ -34,7 +37,8 @@ Entry points (importing this package imports neither torch nor megatron):
   provider, the layer choice);
 - :func:`dist_checkpointing`: how checkpoint save / load / conversion get megatron's
   ``dist_checkpointing``;
-- :func:`cpu_transformer_overrides`, :func:`set_mrope_section`: applied by the model provider;
+- :func:`cpu_transformer_overrides`, :func:`cuda_kernel_overrides`, :func:`set_mrope_section`: applied
+  by the model provider;
 - ``fastrl.compat.megatron_optimizer`` (``adam_steps``, ``ensure_optimizer_state``,
   ``torch_adam_step_tolerated``, ``restore_adam_steps``): used by checkpoint save / resume;
 - ``fastrl.compat.bridge_export.use_weight_names``: used by checkpoint export.
@@ -68,6 +72,13 @@ def cpu_transformer_overrides() -> dict[str, Any]:
     from fastrl.compat import megatron_cpu
 
     return megatron_cpu.cpu_transformer_overrides()
+
+
+def cuda_kernel_overrides() -> dict[str, Any]:
+    """TransformerConfig fields to set on CUDA for fused kernels whose compiled extension is missing."""
+    from fastrl.compat import megatron_kernels
+
+    return megatron_kernels.cuda_kernel_overrides()
 
 
 def dist_checkpointing() -> Any:

@@ -4,7 +4,7 @@ megatron-bridge's ``AutoBridge`` reads the Hugging Face config, picks the matchi
 (Qwen2.5-VL: vision tower + mrope language model; Qwen2 / Llama: GPT model) and loads the weights
 with the tensor/pipeline-parallel split of this process. This module adds what FastRL needs around
 it: the layer spec and precision chosen by :mod:`fastrl.models.layer_spec`, the upstream fixes of
-:mod:`fastrl.compat` (CPU settings; ``mrope_section`` from the Hugging Face config, which the bridge
+:mod:`fastrl.compat` (CPU settings; fused kernels without their CUDA extension; ``mrope_section`` from the Hugging Face config, which the bridge
 leaves at its default), DDP wrapping for the trainable actor, a frozen reference policy, and the
 streaming export back to Hugging Face names for the rollout engine's weight refit.
 
@@ -96,9 +96,9 @@ def _configure_provider(
     provider.hidden_dropout = 0.0
     for key, value in layers.config_overrides.items():
         setattr(provider, key, value)
-    if not torch.cuda.is_available():
-        for key, value in compat.cpu_transformer_overrides().items():
-            setattr(provider, key, value)
+    overrides = compat.cpu_transformer_overrides() if not torch.cuda.is_available() else compat.cuda_kernel_overrides()
+    for key, value in overrides.items():
+        setattr(provider, key, value)
     if is_vision_language:
         compat.set_mrope_section(provider, hf_config)
 
