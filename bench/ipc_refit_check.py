@@ -229,9 +229,9 @@ def check_workers(workers: int, args) -> dict:
 
     parent_sock, child_sock = socket.socketpair()
     proc = subprocess.Popen(
-        [sys.executable, str(Path(__file__).resolve()), "--engine", "--fd", str(child_sock.fileno()),
-         "--workers", str(workers)],
-        pass_fds=(child_sock.fileno(),), cwd=REPO,
+        [sys.executable, str(Path(__file__).resolve()), "--engine", "--fd", str(child_sock.fileno()), "--workers", str(workers)],
+        pass_fds=(child_sock.fileno(),),
+        cwd=REPO,
     )
     child_sock.close()
     row: dict = {"workers": workers, "problems": []}
@@ -256,9 +256,7 @@ def check_workers(workers: int, args) -> dict:
                 if wrong:
                     row["problems"].append(f"refit {refit}: worker {w}: {len(wrong)} tensors differ, e.g. {wrong[0]}")
             trainer_sums = {n: float(square_sum(t)) for n, t in weights}
-            sums_wrong = [
-                n for n, s in trainer_sums.items() if abs(dump["received"].get(n, -1.0) - s) > 1e-9 * max(1.0, s)
-            ]
+            sums_wrong = [n for n, s in trainer_sums.items() if abs(dump["received"].get(n, -1.0) - s) > 1e-9 * max(1.0, s)]
             if sums_wrong:
                 row["problems"].append(f"refit {refit}: {len(sums_wrong)} sums of squares differ, e.g. {sums_wrong[0]}")
             if count != len(weights) or nbytes != size:
@@ -269,7 +267,10 @@ def check_workers(workers: int, args) -> dict:
                     f"(more than one bucket, {args.bucket_mib:g} MiB)"
                 )
             row[f"refit{refit}"] = {
-                "tensors": count, "bytes": nbytes, "seconds": seconds, "gb_per_s": nbytes / seconds / 1e9,
+                "tensors": count,
+                "bytes": nbytes,
+                "seconds": seconds,
+                "gb_per_s": nbytes / seconds / 1e9,
                 "trainer_mib_above_baseline": (after - base) / 2**20,
                 "trainer_mib_above_baseline_after_ipc_collect": (collected - base) / 2**20,
             }
@@ -315,9 +316,11 @@ def main(argv: list[str] | None = None) -> int:
     print("| ---: | --- | ---: | ---: | --- | --- |")
     for r in rows:
         r1, r2 = r.get("refit1", {}), r.get("refit2", {})
-        print(f"| {r['workers']} | {r['status']} | {r1.get('gb_per_s', float('nan')):.1f} | {r2.get('gb_per_s', float('nan')):.1f} "
-              f"| {r1.get('trainer_mib_above_baseline', float('nan')):.0f}, {r2.get('trainer_mib_above_baseline', float('nan')):.0f} "
-              f"| {'; '.join(r['problems'])} |")
+        print(
+            f"| {r['workers']} | {r['status']} | {r1.get('gb_per_s', float('nan')):.1f} | {r2.get('gb_per_s', float('nan')):.1f} "
+            f"| {r1.get('trainer_mib_above_baseline', float('nan')):.0f}, {r2.get('trainer_mib_above_baseline', float('nan')):.0f} "
+            f"| {'; '.join(r['problems'])} |"
+        )
     return 0 if all(r["status"] == "ok" for r in rows) else 1
 
 
