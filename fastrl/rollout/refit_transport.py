@@ -79,23 +79,44 @@ def group_buckets(
         yield bucket
 
 
+#: Byte alignment of every tensor in a bucket. The engine views its slice of the flat uint8 buffer
+#: as the tensor's dtype, which torch allows only at an offset divisible by the element size: packed
+#: back to back, an fp32 tensor after a bf16 tensor of odd length could not be viewed (found on an
+#: H200 by ``bench/ipc_refit_check.py``). 256 bytes is the CUDA allocator's own alignment.
+ALIGN = 256
+
+
+def bucket_layout(tensors: list[tuple[str, torch.Tensor]]) -> tuple[list[Entry], int]:
+    """The entry table of a bucket and its buffer size in bytes: each tensor at the next multiple of
+    :data:`ALIGN` after the previous one (both transports pack by it; the engine slices by the
+    entries alone)."""
+    entries, offset = [], 0
+    for name, t in tensors:
+        offset = -(-offset // ALIGN) * ALIGN
+        n = t.numel() * t.element_size()
+        entries.append((name, dtype_name(t.dtype), tuple(t.shape), offset, n))
+        offset += n
+    return entries, offset
+
+
 def pack_flat(bucket: list[tuple[str, torch.Tensor]]) -> tuple[torch.Tensor, list[Entry]]:
     """One bucket as a flat uint8 buffer on the tensors' device, and its entry table.
 
     Returns:
-        ``(buffer, entries)``: ``buffer`` uint8 [total bytes] holding the tensors back to back;
-        ``entries`` one ``(name, dtype name, shape, byte offset, byte count)`` per tensor, in order
-        (what the engine slices its views by).
+        ``(buffer, entries)``: ``buffer`` uint8 [layout bytes] holding the tensors at the offsets of
+        :func:`bucket_layout`; ``entries`` one ``(name, dtype name, shape, byte offset, byte count)``
+        per tensor, in order (what the engine slices its views by).
     """
-    total = sum(t.numel() * t.element_size() for _, t in bucket)
+    entries, total = bucket_layout(bucket)
     buffer = torch.empty(total, dtype=torch.uint8, device=bucket[0][1].device)
-    entries, offset = [], 0
-    for name, t in bucket:
-        n = t.numel() * t.element_size()
+    for (_, t), (_, _, _, offset, n) in zip(bucket, entries):
         buffer[offset : offset + n].copy_(t.detach().contiguous().reshape(-1).view(torch.uint8))
-        entries.append((name, dtype_name(t.dtype), tuple(t.shape), offset, n))
-        offset += n
     return buffer, entries
+
+
+def payload_bytes(entries: list[Entry]) -> int:
+    """The tensors' bytes in a bucket (its padding not counted)."""
+    return sum(entry[4] for entry in entries)
 
 
 @dataclass
@@ -106,7 +127,9 @@ class _BucketFile:
     entries: list[Entry] = field(default_factory=list)
 
     def write(self, tensors: list[tuple[str, torch.Tensor]]) -> int:
-        total = sum(t.numel() * t.element_size() for _, t in tensors)
+        """Write ``tensors`` at the offsets of :func:`bucket_layout`; returns their bytes."""
+        tensors = [(name, t.detach().cpu().contiguous()) for name, t in tensors]
+        entries, total = bucket_layout(tensors)
         if self.mm is None or self.size != max(total, 1):
             if self.mm is not None:
                 self.mm.close()
@@ -115,18 +138,10 @@ class _BucketFile:
                 f.truncate(self.size)
                 self.mm = mmap.mmap(f.fileno(), self.size)
         buf = torch.frombuffer(self.mm, dtype=torch.uint8, count=self.size)
-        entries, offset = [], 0
-        for name, t in tensors:
-            t = t.detach()
-            if t.device.type != "cpu":
-                t = t.cpu()
-            t = t.contiguous()
-            n = t.numel() * t.element_size()
+        for (_, t), (_, _, _, offset, n) in zip(tensors, entries):
             buf[offset : offset + n].copy_(t.reshape(-1).view(torch.uint8))
-            entries.append((name, dtype_name(t.dtype), tuple(t.shape), offset, n))
-            offset += n
         self.entries = entries
-        return total
+        return payload_bytes(entries)
 
     def close(self) -> None:
         if self.mm is not None:
@@ -327,7 +342,7 @@ class CudaIpcTransport:
         count = nbytes = 0
         for bucket in group_buckets(stream, self.bucket_bytes):
             buffer, entries = pack_flat(bucket)
-            total = buffer.numel()
+            total = payload_bytes(entries)
             if buffer.device.type != "cuda":
                 raise ValueError(
                     f"CUDA IPC refit: the bucket holding {entries[0][0]!r} is on {buffer.device}, not a GPU; "

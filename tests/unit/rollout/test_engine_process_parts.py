@@ -3,6 +3,8 @@ start-up errors of a missing or broken engine environment, refit verification's 
 
 from __future__ import annotations
 
+import importlib.util
+
 import socket
 import sys
 from pathlib import Path
@@ -143,16 +145,42 @@ def test_vllm_engine_without_an_interpreter_is_refused_naming_the_setting():
 
 
 def test_pack_flat_round_trips_every_dtype_and_shape():
-    """The flat bucket of the CUDA IPC transport (packed the same way on any device)."""
+    """The flat bucket of the CUDA IPC transport (packed the same way on any device): each tensor at
+    the next 256-byte boundary."""
     from fastrl.rollout.refit_transport import pack_flat
 
     bucket = [("a.weight", torch.arange(6, dtype=torch.float32).reshape(2, 3)),
               ("a.bias", torch.tensor([1.5, -2.0], dtype=torch.bfloat16)),
               ("b.weight", torch.arange(12, dtype=torch.float32).reshape(3, 4).t())]  # not contiguous
     buffer, entries = pack_flat(bucket)
-    assert buffer.dtype == torch.uint8 and buffer.numel() == 24 + 4 + 48
+    assert buffer.dtype == torch.uint8 and buffer.numel() == 512 + 48
     assert [(e[0], e[1], e[2], e[3], e[4]) for e in entries] == [
-        ("a.weight", "float32", (2, 3), 0, 24), ("a.bias", "bfloat16", (2,), 24, 4), ("b.weight", "float32", (4, 3), 28, 48)]
+        ("a.weight", "float32", (2, 3), 0, 24), ("a.bias", "bfloat16", (2,), 256, 4), ("b.weight", "float32", (4, 3), 512, 48)]
     for (name, dtype, shape, offset, nbytes), (_, t) in zip(entries, bucket):
         view = buffer[offset : offset + nbytes].view(getattr(torch, dtype)).reshape(shape)
         assert torch.equal(view, t), name
+
+
+@pytest.mark.parametrize("packer", ["pack_flat", "bucket_file"])
+def test_a_wide_dtype_after_an_odd_length_narrow_one_is_viewable_by_the_engine(packer, tmp_path):
+    """Back to back, an fp32 tensor after 3,003 bf16 values sat at byte 6,006, which the engine's
+    ``bucket_views`` cannot view as fp32 (torch: offset must be divisible by 4; seen on an H200)."""
+    from fastrl.rollout import engine_client, refit_transport
+
+    spec = importlib.util.spec_from_file_location("fastrl_engine_server_align", engine_client.SERVER)
+    server = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(server)
+    bucket = [("q.bias", torch.randn(1001, 3).to(torch.bfloat16)), ("norm.weight", torch.randn(7)),
+              ("positions", torch.arange(5, dtype=torch.int64)), ("scale", torch.randn(3).to(torch.float16))]
+    if packer == "pack_flat":
+        buffer, entries = refit_transport.pack_flat(bucket)
+    else:
+        f = refit_transport._BucketFile(tmp_path / "bucket.bin")
+        assert f.write(bucket) == 6006 + 28 + 40 + 6  # the tensors' bytes, padding not counted
+        buffer, entries = torch.frombuffer(f.mm, dtype=torch.uint8), f.entries
+    assert all(offset % refit_transport.ALIGN == 0 for _, _, _, offset, _ in entries)
+    views = server.bucket_views([(buffer, entries)])
+    for (name, view), (_, t) in zip(views, bucket):
+        assert view.dtype == t.dtype and torch.equal(view, t), name
+    if packer == "bucket_file":
+        f.close()
