@@ -64,7 +64,8 @@ def _load_server():
 class StandInWorker:
     """What a vLLM worker's ``reload_weights`` does for this check: copy each tensor into its own."""
 
-    def __init__(self) -> None:
+    def __init__(self, rpc_rank: int) -> None:
+        self.rpc_rank = rpc_rank  # its index in the executor, as vLLM's WorkerWrapperBase has it
         self.params: dict = {}
 
     def reload_weights(self, weights_iterator) -> None:
@@ -78,13 +79,13 @@ class StandInWorker:
         return {name: checksum(t) for name, t in self.params.items()}
 
 
-def _worker_main(conn) -> None:
+def _worker_main(conn, rank: int) -> None:
     """A worker process of the two-worker engine: runs cloudpickled callables on its worker."""
     import cloudpickle
     import torch
 
     torch.cuda.set_device(0)
-    worker = StandInWorker()
+    worker = StandInWorker(rank)
     while True:
         message = conn.recv()
         if message is None:
@@ -105,15 +106,15 @@ class StandInLLM:
         self.llm_engine = SimpleNamespace(reset_encoder_cache=lambda: None)
         self.workers = workers
         if workers == 1:
-            self.worker = StandInWorker()
+            self.worker = StandInWorker(0)
             return
         import multiprocessing as mp
 
         ctx = mp.get_context("spawn")
         self.conns, self.procs = [], []
-        for _ in range(workers):
+        for rank in range(workers):
             parent, child = ctx.Pipe()
-            proc = ctx.Process(target=_worker_main, args=(child,), daemon=True)
+            proc = ctx.Process(target=_worker_main, args=(child, rank), daemon=True)
             proc.start()
             self.conns.append(parent)
             self.procs.append(proc)
@@ -237,7 +238,7 @@ def check_workers(workers: int, args) -> dict:
     row: dict = {"workers": workers, "problems": []}
     try:
         bucket_bytes = int(args.bucket_mib * 2**20)
-        transport = CudaIpcTransport(bucket_bytes)
+        transport = CudaIpcTransport(bucket_bytes, consumers=workers)
         for refit in (1, 2):
             weights, size = make_weights(int(args.gib * 2**30), seed=refit)
             torch.cuda.synchronize()

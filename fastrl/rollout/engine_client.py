@@ -39,7 +39,7 @@ prompt inputs here, so both sides see the same image tokens.
 
 Refit (:meth:`update_weights`): the transport is chosen by the rank's device
 (:func:`fastrl.rollout.refit_transport.transport_for_device`): shared-memory buckets on CPU, CUDA
-IPC for an engine on the trainer's GPU (untested here); metrics ``refit/bytes``, ``refit/time_s``,
+IPC for an engine on the trainer's GPU (one handle per engine worker); metrics ``refit/bytes``, ``refit/time_s``,
 ``refit/mb_per_s`` in :attr:`refit_metrics`.
 Refit verification: :meth:`score` (the engine's log-probs of given token sequences, vLLM
 ``prompt_logprobs``) and :meth:`group_sums` (per parameter group, the engine's sum of squared
@@ -200,7 +200,10 @@ class EngineProcessClient:
         remove_stale_dirs(Path(tempfile.gettempdir()), "fastrl-engine")  # left by SIGKILLed trainers
         self._workdir = owned_temp_dir("fastrl-engine")
         self.log_path = Path(log_path) if log_path else self._workdir / "engine.log"
-        self.transport = make_transport(transport, bucket_bytes, skip_after_first=skip_after_first)
+        self.transport = make_transport(
+            transport, bucket_bytes, skip_after_first=skip_after_first,
+            consumers=int(llm_kwargs.get("tensor_parallel_size", 1)),  # each engine worker opens its own IPC handle
+        )
         self.weight_version = 0
         self.verify_every = int(verify_every)
         self.verify_tolerance = float(verify_tolerance)

@@ -227,27 +227,32 @@ class Server:
         return {"count": count, "time_s": time.perf_counter() - start}
 
     def op_load_weights_ipc(self, req: dict) -> dict:
-        """One bucket through a CUDA IPC handle (``reduce_tensor`` of the trainer's flat buffer),
-        opened **in each vLLM worker** (:func:`reload_ipc_bucket` through ``collective_rpc``): only
-        the handle and the entry table cross to the workers. (Views of a buffer opened here would
-        be pickled to the workers of an engine with ``tensor_parallel_size > 1``, and torch pickles
-        a CUDA tensor by copying its whole storage to the host and back onto ``cuda:0`` in every
-        worker: every tensor of a bucket carrying the whole bucket, eight times on one GPU.) The
-        engine and its workers see the engine's GPUs from ``cuda:0`` (``CUDA_VISIBLE_DEVICES``
-        narrowed, the trainer's GPU first), so the handle's device index (argument 6 of
+        """One bucket through CUDA IPC handles (``reduce_tensor`` of the trainer's flat buffer, one
+        per worker), opened **in each vLLM worker** (:func:`reload_ipc_bucket` through
+        ``collective_rpc``): only the handles and the entry table cross to the workers. (Views of a
+        buffer opened here would be pickled to the workers of an engine with
+        ``tensor_parallel_size > 1``, and torch pickles a CUDA tensor by copying its whole storage
+        to the host and back onto ``cuda:0`` in every worker: every tensor of a bucket carrying the
+        whole bucket, eight times on one GPU.) Each worker opens its own handle: torch frees the
+        trainer's buffer when every handle's counter is back to 0, and one handle opened by several
+        workers never gets there (``fastrl.rollout.refit_transport.CudaIpcTransport``). The engine
+        and its workers see the engine's GPUs from ``cuda:0`` (``CUDA_VISIBLE_DEVICES`` narrowed,
+        the trainer's GPU first), so each handle's device index (argument 6 of
         ``rebuild_cuda_tensor``) becomes this process's current device, the same index in every
         worker.
 
         Raises:
-            ValueError: the handle is not a CUDA tensor's (:func:`check_cuda_handle`).
+            ValueError: a handle is not a CUDA tensor's (:func:`check_cuda_handle`).
         """
         import torch
 
-        rebuild, args = check_cuda_handle(req["handle"])
-        args[6] = torch.cuda.current_device()
+        opened = [check_cuda_handle(handle) for handle in req["handles"]]
+        device = torch.cuda.current_device()
+        rebuild = opened[0][0]
+        handle_args = [tuple(args[:6]) + (device,) + tuple(args[7:]) for _, args in opened]
         sums = req.get("sums", True)
         self._wake_weights()
-        per_worker = self.llm.collective_rpc(reload_ipc_bucket, args=(rebuild, tuple(args), req["entries"], sums))
+        per_worker = self.llm.collective_rpc(reload_ipc_bucket, args=(rebuild, handle_args, req["entries"], sums))
         names = [entry[0] for entry in req["entries"]]
         self._after_reload(names, per_worker[0] if sums else None)
         return {"count": len(names)}
@@ -344,15 +349,28 @@ def square_sums(tensors: list) -> list[float]:
     return torch.stack(per_tensor).tolist()
 
 
-def reload_ipc_bucket(worker, rebuild, args: tuple, entries: list, sums: bool) -> list[float] | None:
+def reload_ipc_bucket(worker, rebuild, handle_args: list, entries: list, sums: bool) -> list[float] | None:
     """Run in each vLLM worker (``collective_rpc``; cloudpickled by value with the helpers it calls,
-    this file being the engine's ``__main__``): open the trainer's bucket from its CUDA IPC handle
-    (``rebuild(*args)``: torch's ``rebuild_cuda_tensor``), reload the worker's weights from views of
-    it (each tensor-parallel worker takes its shard of the full tensors), wait for the copies, and
-    return each tensor's sum of squares as received (``sums``) or None."""
+    this file being the engine's ``__main__``): open the trainer's bucket from this worker's own
+    CUDA IPC handle (``rebuild(*handle_args[worker.rpc_rank])``: torch's ``rebuild_cuda_tensor``;
+    ``rpc_rank`` is the worker's index in the executor, the order of ``collective_rpc``'s results),
+    reload the worker's weights from views of it (each tensor-parallel worker takes its shard of the
+    full tensors), wait for the copies, and return each tensor's sum of squares as received
+    (``sums``) or None.
+
+    Raises:
+        ValueError: fewer handles than this worker's index needs (the trainer's transport was built
+            for fewer workers than the engine has).
+    """
     import torch
 
-    views = bucket_views([(rebuild(*args), entries)])
+    rank = worker.rpc_rank
+    if rank >= len(handle_args):
+        raise ValueError(
+            f"worker {rank} got {len(handle_args)} CUDA IPC handle(s): the trainer's refit transport must send "
+            f"one per engine worker (consumers = the engine's tensor_parallel_size)"
+        )
+    views = bucket_views([(rebuild(*handle_args[rank]), entries)])
     squares = square_sums([t for _, t in views]) if sums else None
     worker.reload_weights(weights_iterator=views)
     torch.cuda.synchronize()

@@ -27,8 +27,8 @@ Operations (request fields -> reply fields):
   (per sequence, the log-probs of tokens ``starts[i]:``).
 * ``group_sums``: -> ``sums``: per parameter group (:func:`weight_group`), the sum of squares of the
   weights the engine loaded (the model directory's, then each refit's).
-* ``load_weights_ipc`` (GPU, untested here): ``handle`` (CUDA IPC handle of one flat uint8 bucket
-  buffer), ``entries`` -> ``count``.
+* ``load_weights_ipc`` (GPU): ``handles`` (CUDA IPC handles of one flat uint8 bucket buffer, one
+  per engine worker), ``entries``, ``sums`` -> ``count``.
 * ``sleep``, ``wake``, ``reset_prefix_cache``, ``health``, ``shutdown``.
 """
 

@@ -11,10 +11,11 @@ a layer must arrive whole), and the engine loads each bucket with
   parameters). The files persist between refits (rewritten in place), so they always hold the
   engine's current weights: a restarted engine replays them. Bucket ``k+1`` is written while the
   engine loads bucket ``k``.
-* :class:`CudaIpcTransport` (GPU, engine colocated on the trainer's GPU; written against vLLM's API,
-  its CUDA part **untested here**): each bucket is flattened into one uint8 CUDA buffer whose IPC handle
-  (``torch.multiprocessing.reductions.reduce_tensor``) is sent; the engine rebuilds a view of the
-  same memory and reloads from it (as verl / slime ``update_weights_from_tensor`` do).
+* :class:`CudaIpcTransport` (GPU, engine colocated on the trainer's GPU; written against vLLM's
+  API): each bucket is flattened into one uint8 CUDA buffer whose IPC handle
+  (``torch.multiprocessing.reductions.reduce_tensor``, one per engine worker) is sent; each worker
+  rebuilds a view of the same memory and reloads from it (as verl / slime
+  ``update_weights_from_tensor`` do). Run on an H200 by ``bench/ipc_refit_check.py``.
 
 The transport is chosen in one place, by the trainer rank's device (:func:`transport_for_device`,
 :func:`make_transport`): ``"cuda_ipc"`` on a GPU, ``"shm"`` otherwise. Both share one interface:
@@ -304,28 +305,43 @@ class SharedMemoryTransport:
 
 
 class CudaIpcTransport:
-    """Refit into an engine on the trainer's own GPU through CUDA IPC handles. The CUDA part is
-    **untested here** (no GPU in this project's CI); written against the API of vLLM 0.32, the pinned
-    release (requirements/gpu-engine.txt).
+    """Refit into an engine on the trainer's own GPU through CUDA IPC handles; written against the API
+    of vLLM 0.32, the pinned release (requirements/gpu-engine.txt). CI runs it against a recording
+    fake of the CUDA layer (tests/rehearsal); ``bench/ipc_refit_check.py`` runs it on a GPU between
+    real processes, with a stand-in for vLLM's workers.
 
     Per bucket: the tensors (already on the GPU) are copied into one flat uint8 CUDA buffer; its IPC
-    handle, ``torch.multiprocessing.reductions.reduce_tensor(buffer)``, and the entry table
-    (name, dtype, shape, offset, bytes) go to the engine (request ``load_weights_ipc``), which rebuilds
-    the buffer (``rebuild_fn(*args)`` with the device index mapped to its own ``cuda:0``), slices it
-    into views and calls ``collective_rpc("reload_weights", kwargs={"weights_iterator": views})``.
-    The trainer keeps the buffer alive until the engine's reply (the engine has then copied into its
-    parameters and synchronized). Memory: one bucket at a time on top of the trainer's model (the
+    handles, ``torch.multiprocessing.reductions.reduce_tensor(buffer)`` once per engine worker, and
+    the entry table (name, dtype, shape, offset, bytes) go to the engine (request
+    ``load_weights_ipc``), whose workers each rebuild the buffer from their own handle
+    (``rebuild_fn(*args)`` with the device index mapped to the engine's ``cuda:0``), slice it into
+    views and reload from them (``engine_server.reload_ipc_bucket``). The trainer keeps the buffer
+    alive until the engine's reply (the workers have then copied into their parameters and
+    synchronized). Memory: one bucket at a time on top of the trainer's model (the
     engine must be awake for weights, ``wake_up(tags=["weights"])``, before the KV cache returns).
     Bytes per step: the whole model once (or the non-frozen part), device to device, no host copy.
+
+    One handle per consumer (``consumers``: the engine's tensor-parallel workers, each of which opens
+    the bucket itself). torch counts the users of a shared CUDA block in a counter created per
+    ``reduce_tensor`` call, set to 1, and decremented by each process that releases what it
+    rebuilt; the trainer's block is freed when it reaches 0. One handle opened by two workers ends
+    at -1 and the block is never freed: every bucket of every refit stayed allocated on the
+    trainer's GPU (measured on an H200 by ``bench/ipc_refit_check.py``: 2 GiB after a 2 GiB refit
+    into two workers, also after ``torch.cuda.ipc_collect()``; 0 with one handle per worker).
     """
 
     replayable = False
     """Nothing is kept: a restarted engine cannot be given the current weights (restart on GPU is
     refused after the first refit)."""
 
-    def __init__(self, bucket_bytes: int, *, skip_after_first: Callable[[str], bool] | None = None) -> None:
+    def __init__(
+        self, bucket_bytes: int, *, skip_after_first: Callable[[str], bool] | None = None, consumers: int = 1
+    ) -> None:
+        if consumers < 1:
+            raise ValueError(f"consumers (the engine's workers that open each bucket) must be >= 1, got {consumers}")
         self.bucket_bytes = bucket_bytes
         self.skip_after_first = skip_after_first
+        self.consumers = consumers
         self.refits = 0
         self.record_sums = True
 
@@ -349,8 +365,8 @@ class CudaIpcTransport:
                     f"export the weights on the GPU (export_hf_weights(..., cpu=False)) for this transport"
                 )
             torch.cuda.current_stream().synchronize()
-            wait(request({"op": "load_weights_ipc", "handle": reduce_tensor(buffer), "entries": entries,
-                          "sums": self.record_sums}))
+            handles = [reduce_tensor(buffer) for _ in range(self.consumers)]  # one counter each (class docstring)
+            wait(request({"op": "load_weights_ipc", "handles": handles, "entries": entries, "sums": self.record_sums}))
             count, nbytes = count + len(bucket), nbytes + total
             del buffer
         return count, nbytes
@@ -380,13 +396,19 @@ def export_to_cpu(device: torch.device | str | None) -> bool:
 
 
 def make_transport(
-    name: str, bucket_bytes: int, *, skip_after_first: Callable[[str], bool] | None = None
+    name: str, bucket_bytes: int, *, skip_after_first: Callable[[str], bool] | None = None, consumers: int = 1
 ) -> SharedMemoryTransport | CudaIpcTransport:
-    """The transport called ``name`` (a key of :data:`TRANSPORTS`).
+    """The transport called ``name`` (a key of :data:`TRANSPORTS`). ``consumers``: the engine's
+    worker processes (its tensor-parallel size), which each open a CUDA IPC handle of their own;
+    shared-memory files are mapped by any number of processes and need no count.
 
     Raises:
-        ValueError: an unknown name.
+        ValueError: an unknown name; ``consumers < 1``.
     """
     if name not in TRANSPORTS:
         raise ValueError(f"refit transport must be one of {sorted(TRANSPORTS)}, got {name!r}")
+    if name == "cuda_ipc":
+        return CudaIpcTransport(bucket_bytes, skip_after_first=skip_after_first, consumers=consumers)
+    if consumers < 1:
+        raise ValueError(f"consumers must be >= 1, got {consumers}")
     return TRANSPORTS[name](bucket_bytes, skip_after_first=skip_after_first)

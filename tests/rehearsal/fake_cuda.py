@@ -130,10 +130,17 @@ def cuda_typed(tensor: torch.Tensor) -> CudaTyped:
     return tensor.as_subclass(CudaTyped)
 
 
+#: The worker whose ``rebuild_cuda_tensor`` call is running (set by :meth:`FakeWorker.opening`).
+_OPENING: list = []
+
+
 def rebuild_cuda_tensor(*args: Any) -> torch.Tensor:
     """Stand-in of torch's ``rebuild_cuda_tensor`` (same name; argument 6 the device index, the
-    buffer itself at argument 8 here instead of a CUDA IPC memory handle): the buffer opened on the
-    GPU (:class:`CudaTyped`), as torch's is."""
+    buffer itself at argument 8 here instead of a CUDA IPC memory handle, the handle's id at
+    argument 9): the buffer opened on the GPU (:class:`CudaTyped`), as torch's is. The id is
+    recorded on the worker that opened it (:attr:`FakeWorker.opened`)."""
+    if _OPENING:
+        _OPENING[-1].opened.append(args[9])
     return cuda_typed(args[8])
 
 
@@ -145,12 +152,14 @@ class FakeReduceTensor:
 
     def __init__(self) -> None:
         self.devices: list[str] = []
+        self.handles: list[int] = []  # the id of each CUDA handle made, in order
 
     def __call__(self, tensor: torch.Tensor) -> tuple:
         self.devices.append(tensor.device.type)
         if tensor.device.type == "cuda":
+            self.handles.append(len(self.handles))
             return rebuild_cuda_tensor, (type(tensor), tensor.shape, tensor.stride(), 0, None, None, 0, None,
-                                         torch.Tensor(tensor).clone())
+                                         torch.Tensor(tensor).clone(), self.handles[-1])
         return _real_reduce_tensor(tensor)
 
 
@@ -200,7 +209,11 @@ class RecordingLLM:
             copies = [pickle.loads(blob) for _ in self.workers]
         results = []
         for worker, (a, k) in zip(self.workers, copies):
-            results.append(getattr(worker, method)(*a, **k) if isinstance(method, str) else method(worker, *a, **k))
+            _OPENING.append(worker)
+            try:
+                results.append(getattr(worker, method)(*a, **k) if isinstance(method, str) else method(worker, *a, **k))
+            finally:
+                _OPENING.pop()
         return results
 
     def reset_prefix_cache(self) -> None:
@@ -208,13 +221,16 @@ class RecordingLLM:
 
 
 class FakeWorker:
-    """One vLLM worker as ``collective_rpc`` sees it: ``reload_weights(weights_iterator=...)`` loads
-    full tensors (worker 0's are recorded in ``llm.loaded`` and ``llm.calls``; every worker counts
-    its tensors in :attr:`reloaded`); ``model_runner.get_model()`` has no output layer method."""
+    """One vLLM worker as ``collective_rpc`` sees it (vLLM's ``WorkerWrapperBase``: ``rpc_rank`` its
+    index in the executor): ``reload_weights(weights_iterator=...)`` loads full tensors (worker 0's
+    are recorded in ``llm.loaded`` and ``llm.calls``; every worker counts its tensors in
+    :attr:`reloaded`); :attr:`opened` the ids of the CUDA IPC handles it rebuilt;
+    ``model_runner.get_model()`` has no output layer method."""
 
     def __init__(self, llm: RecordingLLM, rank: int) -> None:
-        self.llm, self.rank = llm, rank
+        self.llm, self.rank, self.rpc_rank = llm, rank, rank
         self.reloaded = 0
+        self.opened: list[int] = []
         self.model_runner = types.SimpleNamespace(get_model=lambda: types.SimpleNamespace())
 
     def reload_weights(self, weights_iterator: Any = None, **_: Any) -> None:

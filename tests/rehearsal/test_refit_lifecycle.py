@@ -48,7 +48,7 @@ def _gpu_engine(monkeypatch, *, verify_every: int = 0, engine_tp: int = 1):
     client.name, client.weight_version, client.verify_every, client.verify_tolerance = "engine", 0, verify_every, 1.0
     client.refit_metrics, client.last_group_sums = {}, {}
     client.transport = refit_transport.make_transport(
-        refit_transport.transport_for_device(torch.device("cuda", 0)), 1)
+        refit_transport.transport_for_device(torch.device("cuda", 0)), 1, consumers=engine_tp)
     replies: list = []
 
     def call(req):
@@ -179,7 +179,8 @@ def test_a_tp_engine_opens_the_ipc_bucket_in_each_worker_and_no_cuda_tensor_is_p
     # onto cuda:0 in every worker (per 32B layer bucket ~10.7 GB pickled, ~86 GB allocated on the
     # trainer's GPU: out of memory at the first refit). Also a payload that cannot be pickled.
     cuda = FakeCuda(device_count=2).install(monkeypatch)
-    monkeypatch.setattr("torch.multiprocessing.reductions.reduce_tensor", FakeReduceTensor())
+    reduce = FakeReduceTensor()
+    monkeypatch.setattr("torch.multiprocessing.reductions.reduce_tensor", reduce)
     _gpu_pack(monkeypatch)
     monkeypatch.setattr(update_phase, "export_hf_weights", _exporter([]))
     client, server, llm = _gpu_engine(monkeypatch, engine_tp=2, verify_every=1)  # a verified refit: sums too
@@ -190,8 +191,27 @@ def test_a_tp_engine_opens_the_ipc_bucket_in_each_worker_and_no_cuda_tensor_is_p
     for name, t in WEIGHTS:
         assert torch.equal(llm.loaded[name], t)
     assert cuda.calls.count(("synchronize",)) == 2 * len(WEIGHTS)  # each worker waits for its copies (1-tensor buckets)
+    # one handle per worker and bucket, each opened by its own worker only: torch frees the trainer's
+    # bucket when every handle's counter is back to 0, and a handle opened by two workers ends at -1
+    # (the bucket never freed: 2 GiB left on an H200 after a 2 GiB refit into two workers)
+    assert len(reduce.handles) == 2 * len(WEIGHTS)
+    opened = [w.opened for w in llm.workers]
+    assert opened[0] == reduce.handles[0::2] and opened[1] == reduce.handles[1::2]
     assert set(server.received) == {n for n, _ in WEIGHTS}
     assert server.received["model.layers.0.mlp.up_proj.weight"] == pytest.approx(float((WEIGHTS[0][1] ** 2).sum()))
+
+
+def test_an_engine_with_more_workers_than_handles_is_refused_by_name(monkeypatch):
+    # Breakage caught: a transport built for one consumer feeding a TP2 engine: worker 1 would index
+    # past the handles (IndexError with no hint) or, with a shared handle, leak every bucket.
+    FakeCuda(device_count=2).install(monkeypatch)
+    monkeypatch.setattr("torch.multiprocessing.reductions.reduce_tensor", FakeReduceTensor())
+    _gpu_pack(monkeypatch)
+    monkeypatch.setattr(update_phase, "export_hf_weights", _exporter([]))
+    client, server, llm = _gpu_engine(monkeypatch, engine_tp=2)
+    client.transport = refit_transport.make_transport("cuda_ipc", 1, consumers=1)
+    with pytest.raises(EngineError, match="worker 1 got 1 CUDA IPC handle.*one per engine worker"):
+        update_phase.refit(client, _actor())
 
 
 def test_the_worker_function_is_self_contained(monkeypatch):

@@ -4,7 +4,6 @@ start-up errors of a missing or broken engine environment, refit verification's 
 from __future__ import annotations
 
 import importlib.util
-
 import socket
 import sys
 from pathlib import Path

@@ -193,7 +193,8 @@ def test_cuda_ipc_transport_packs_buckets_the_server_reloads(server_module, monk
 
     def request(req):
         requests.append(req["op"])
-        return server._reload([(req["handle"], req["entries"])])
+        (handle,) = req["handles"]  # one engine worker: one handle
+        return server._reload([(handle, req["entries"])])
 
     assert transport.send(iter(WEIGHTS), request, wait=lambda h: None) == (2, 24 + 8)
     assert requests == ["load_weights_ipc", "load_weights_ipc"]  # one per bucket (1-byte buckets)
