@@ -16,10 +16,15 @@ table; whatever a part measured before it failed is kept):
 2. ``python -m fastrl.train`` on the default recipe for 5 steps (``parallel.backend=nccl``; no warm
    start, 64 validation questions): per step the loss and grad norm (finite?), the reward, the
    refit (tensors sent to the engine) and the time of each phase.
+3. ``bench/ipc_refit_check.py`` (GPU only): the CUDA IPC refit between a trainer and a separate
+   engine process with one and two worker processes, 2 GiB in 256 MiB buckets: bit-exact arrival,
+   sums of squares, the trainer's memory back at its baseline, GB/s. The CPU smoke run says
+   "not run" (a CUDA IPC handle needs a GPU).
 
 Writes into ``--out`` (default ``$OUT`` when set, else runs/gpu_check): ``gpu_check.md`` (the
-table), ``gpu_check.json``, ``actor_step.jsonl``, ``train_metrics.jsonl`` and the two parts' logs.
-Exit status 0 when every part ran and every training loss was finite, else 1.
+table), ``gpu_check.json``, ``actor_step.jsonl``, ``train_metrics.jsonl``, ``ipc_refit.jsonl`` and
+the parts' logs. Exit status 0 when every part ran, every training loss was finite and every IPC
+check passed, else 1.
 """
 
 from __future__ import annotations
@@ -54,6 +59,8 @@ TRAIN_SMOKE = [
 ]
 ACTOR_GPU = ["--models", "tiny,1b", "--precisions", "bf16,fp8", "--rollouts", "64", "--micro-batch", "8",
              "--prompt-len", "256", "--response-len", "768", "--image-size", "224", "--repeats", "2"]
+IPC_GPU = ["--gib", "2", "--bucket-mib", "256", "--workers", "1,2"]
+IPC_NOT_RUN = "not run (CPU smoke: a CUDA IPC handle needs a GPU)"
 ACTOR_SMOKE = ["--models", "tiny", "--precisions", "fp32,fp8", "--rollouts", "4", "--micro-batch", "2",
                "--prompt-len", "10", "--response-len", "8", "--image-size", "56", "--repeats", "1"]
 
@@ -106,15 +113,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--work", type=Path, default=None,
                    help="scratch for models and checkpoints (default: a folder in /tmp, removed at the end)")
     p.add_argument("--steps", type=int, default=None, help="training steps (default 5; 1 in --cpu-smoke)")
-    p.add_argument("--actor-timeout", type=float, default=None, help="seconds (default 240; 60 in --cpu-smoke)")
-    p.add_argument("--train-timeout", type=float, default=None, help="seconds (default 180; 60 in --cpu-smoke)")
+    p.add_argument("--actor-timeout", type=float, default=None, help="seconds (default 180; 60 in --cpu-smoke)")
+    p.add_argument("--train-timeout", type=float, default=None, help="seconds (default 150; 60 in --cpu-smoke)")
+    p.add_argument("--ipc-timeout", type=float, default=90.0, help="seconds for the IPC refit part (GPU only)")
     p.add_argument("--skip-actor", action="store_true")
     p.add_argument("--skip-train", action="store_true")
+    p.add_argument("--skip-ipc", action="store_true")
     args = p.parse_args(argv)
     smoke = args.cpu_smoke
     args.steps = args.steps if args.steps is not None else (1 if smoke else 5)
-    args.actor_timeout = args.actor_timeout or (60.0 if smoke else 240.0)
-    args.train_timeout = args.train_timeout or (60.0 if smoke else 180.0)
+    args.actor_timeout = args.actor_timeout or (60.0 if smoke else 180.0)
+    args.train_timeout = args.train_timeout or (60.0 if smoke else 150.0)
     if args.steps < 1:
         p.error("--steps must be >= 1")
     args.remove_work = args.work is None
@@ -135,6 +144,9 @@ def plan(args: argparse.Namespace) -> list[Part]:
                f"trainer.max_steps={args.steps}", f"parallel.backend={backend}",
                f"logging.output_dir={args.work / 'train'}", "logging.run_name=gpu_check"]
         parts.append(Part("train", cmd, args.train_timeout, args.out / "train.log"))
+    if not args.skip_ipc and not args.cpu_smoke:
+        cmd = [py, "bench/ipc_refit_check.py", *IPC_GPU, "--out", str(args.work / "ipc")]
+        parts.append(Part("ipc_refit", cmd, args.ipc_timeout, args.out / "ipc.log"))
     return parts
 
 
@@ -188,8 +200,29 @@ def _fmt(value, spec: str = ".3g") -> str:
     return format(value, spec)
 
 
-def table(env: dict[str, str], actor: list[dict], train: list[dict], parts: list[Part], steps: int) -> str:
-    """The one table: actor-step rows, then training-step rows, then a row per part."""
+def ipc_lines(ipc: list[dict] | None) -> list[str]:
+    """The IPC refit rows (None: the part did not run in this mode)."""
+    if ipc is None:
+        return [f"| ipc refit | | {IPC_NOT_RUN} | | | | | | | | |"]
+    lines = []
+    for r in ipc:
+        status = r["status"] if not r.get("problems") else f"{r['status']}: {'; '.join(r['problems'])}"
+        refits = [r[k] for k in ("refit1", "refit2") if k in r]
+        gbs = " / ".join(f"{x['gb_per_s']:.1f}" for x in refits)
+        above = max((x["trainer_mib_above_baseline"] for x in refits), default=float("nan"))
+        times = " ".join(f"refit{i + 1} {x['seconds']:.2f}" for i, x in enumerate(refits))
+        lines.append(
+            f"| ipc refit | {r['workers']} engine worker(s) | {status} | {gbs} GB/s | | "
+            f"{above:.0f} MiB above baseline | | | | {refits[0]['tensors'] if refits else ''} | {times} |"
+        )
+    return lines
+
+
+def table(
+    env: dict[str, str], actor: list[dict], train: list[dict], parts: list[Part], steps: int,
+    ipc: list[dict] | None = None,
+) -> str:
+    """The one table: actor-step rows, training-step rows, IPC refit rows, then a row per part."""
     head = ", ".join(f"{k} {v}" for k, v in env.items())
     lines = [
         f"GPU check ({head}).",
@@ -218,6 +251,7 @@ def table(env: dict[str, str], actor: list[dict], train: list[dict], parts: list
         )
     if parts and any(p.name == "train" for p in parts) and len(train_steps) < steps:
         lines.append(f"| train | default recipe | {len(train_steps)} of {steps} steps logged | | | | | | | | |")
+    lines.extend(ipc_lines(ipc))
     for p in parts:
         lines.append(f"| part {p.name} | | {p.status} | | | | | | | | {p.seconds:.0f} s wall |")
     return "\n".join(lines)
@@ -258,15 +292,18 @@ def _check(args: argparse.Namespace, parts: list[Part]) -> int:
                 if started.returncode is None:
                     started.wait()
     actor_jsonl, metrics = args.work / "actor" / "actor_step.jsonl", args.work / "train" / "gpu_check" / "metrics.jsonl"
-    for src, name in ((actor_jsonl, "actor_step.jsonl"), (metrics, "train_metrics.jsonl")):
+    ipc_jsonl = args.work / "ipc" / "ipc_refit.jsonl"
+    for src, name in ((actor_jsonl, "actor_step.jsonl"), (metrics, "train_metrics.jsonl"), (ipc_jsonl, "ipc_refit.jsonl")):
         if src.is_file():
             shutil.copyfile(src, args.out / name)
     te = info["transformer_engine"] == "yes"
     actor = actor_rows(read_jsonl(actor_jsonl), te)
     train = read_jsonl(metrics)
-    text = table(info, actor, train, parts, args.steps)
+    ipc_ran = any(p.name == "ipc_refit" for p in parts)
+    ipc = read_jsonl(ipc_jsonl) if ipc_ran else None
+    text = table(info, actor, train, parts, args.steps, ipc=ipc if ipc_ran or args.cpu_smoke else [])
     (args.out / "gpu_check.md").write_text(text + "\n")
-    payload = {"environment": info, "actor": actor, "train": train,
+    payload = {"environment": info, "actor": actor, "train": train, "ipc_refit": ipc,
                "parts": [{"name": p.name, "status": p.status, "seconds": p.seconds, "cmd": p.cmd} for p in parts]}
     (args.out / "gpu_check.json").write_text(json.dumps(payload, indent=1, default=str))
     print(text, flush=True)
@@ -274,7 +311,7 @@ def _check(args: argparse.Namespace, parts: list[Part]) -> int:
         isinstance(r.get("actor/loss"), (int, float)) and math.isfinite(r["actor/loss"])
         for r in train if r.get("kind") == "train"
     )
-    ok = all(p.returncode == 0 for p in parts) and losses_ok
+    ok = all(p.returncode == 0 for p in parts) and losses_ok and all(r.get("status") == "ok" for r in ipc or [])
     if not args.skip_train:
         ok = ok and sum(r.get("kind") == "train" for r in train) >= args.steps
     return 0 if ok else 1

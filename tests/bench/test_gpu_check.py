@@ -26,10 +26,11 @@ def _env():
 def test_dry_run_prints_the_gpu_commands():
     proc = subprocess.run(["bench/gpu_check.sh", "--dry-run"], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    actor, train = proc.stdout.strip().splitlines()
-    assert actor.startswith("actor_step (limit 240 s):") and "--models tiny,1b --precisions bf16,fp8" in actor
+    actor, train, ipc = proc.stdout.strip().splitlines()
+    assert actor.startswith("actor_step (limit 180 s):") and "--models tiny,1b --precisions bf16,fp8" in actor
     assert "--image-size 224" in actor
-    assert train.startswith("train (limit 180 s):") and "-m fastrl.train" in train
+    assert train.startswith("train (limit 150 s):") and "-m fastrl.train" in train
+    assert ipc.startswith("ipc_refit (limit 90 s):") and "bench/ipc_refit_check.py --gib 2 --bucket-mib 256 --workers 1,2" in ipc
     assert "trainer.max_steps=5" in train and "parallel.backend=nccl" in train and "--recipe" not in train  # the default recipe
 
 
@@ -70,6 +71,11 @@ def test_table_never_shows_fp8_numbers_without_transformer_engine():
     assert "| train step 1 | default recipe | finite |" in text and "gen 1.00 update 0.50" in text
     assert "| train step 2 | default recipe | NOT FINITE |" in text and "**nan**" in text
     assert gc.actor_rows(rows, te_available=True)[1]["status"] == "measured"
+    ipc = [{"workers": 2, "status": "FAILED", "problems": ["refit 1: trainer GPU memory 2049 MiB above its baseline"],
+            "refit1": {"tensors": 192, "seconds": 9.9, "gb_per_s": 0.2, "trainer_mib_above_baseline": 2049.4}}]
+    text = gc.table({"device": "NVIDIA H200"}, actor, train, [], steps=5, ipc=ipc)
+    assert "| ipc refit | 2 engine worker(s) | FAILED: refit 1: trainer GPU memory 2049 MiB above its baseline | 0.2 GB/s |" in text
+    assert "2049 MiB above baseline" in text
 
 
 def test_cpu_smoke_runs_the_same_entry_and_prints_one_table(tmp_path):
@@ -84,6 +90,7 @@ def test_cpu_smoke_runs_the_same_entry_and_prints_one_table(tmp_path):
     assert "| actor step | tiny fp8 | not measured (no Transformer Engine) |" in table
     assert re.search(r"\| train step 1 \| default recipe \| finite \|", table)
     assert "| part actor_step | | ok |" in table and "| part train | | ok |" in table
+    assert "| ipc refit | | not run (CPU smoke: a CUDA IPC handle needs a GPU) |" in table
     result = json.loads((tmp_path / "gpu_check.json").read_text())
     step = [r for r in result["train"] if r["kind"] == "train"][0]
     assert step["refit/tensors"] > 0 and all(f"time/{p}" in step for p in ("gen", "update", "refit"))
