@@ -15,7 +15,8 @@ the first refit and every 5th. Batch: 8 prompts x n=8 rollouts per step, respons
 tokens, one policy update per step (mini-batch 8 prompts), Adam lr 1e-6 (weight decay 0.01), KL
 0.01 (low_var_kl, a loss term), clip 0.2 / 0.3, 20 steps (about 4 minutes each on an idle 2-core
 machine by the measured rates: an estimate, to be measured with the 90-minute runs). Validation:
-greedy on the 500 validation problems before and after training. Costs: docs/results.md ("A real
+greedy on the 150 validation problems before and after training; the 300 held-out test problems
+once the run completes (``data.test_size``; the base model's test accuracy: docs/results.md). Costs: docs/results.md ("A real
 pretrained model").
 
 The three recipes differ only in pruning: none (GRPO), FastRL's default (importance-weighted MDAP +
@@ -64,7 +65,8 @@ def _smollm2_base(name: str) -> RunConfig:
         adaptive_sampling=AdaptiveSamplingConfig(enabled=False, period="steps", period_steps=10),
         data=DataConfig(
             dataset="math", train_path=DATA.format(split="train"), val_path=DATA.format(split="val"),
-            template="recipes/data/word_arith.jinja", val_size=500,
+            test_path=DATA.format(split="test"), template="recipes/data/word_arith.jinja", val_size=150,
+            test_size=300,
         ),
         reward=RewardConfig(name="recipes/word_arith.py:word_arith_reward"),
         optimizer=OptimizerConfig(lr=1e-6, weight_decay=1e-2, clip_grad=1.0),
