@@ -183,3 +183,27 @@ def test_a_wide_dtype_after_an_odd_length_narrow_one_is_viewable_by_the_engine(p
         assert view.dtype == t.dtype and torch.equal(view, t), name
     if packer == "bucket_file":
         f.close()
+
+
+def test_the_client_builds_its_ipc_transport_with_one_handle_per_engine_worker(tmp_path, monkeypatch):
+    # Breakage caught: the transport built for one consumer whatever the engine's tensor-parallel
+    # size: a TP8 engine (the 32B / 72B recipes) would be refused at the first refit (or, with one
+    # shared handle, keep every bucket of every refit on the trainer's GPU).
+    from fastrl.models.tiny import build_tiny_text_model_dir
+    from fastrl.rollout import engine_client
+
+    made = []
+
+    class _Made(Exception):
+        pass
+
+    def record(name, bucket_bytes, **kwargs):
+        made.append((name, kwargs["consumers"]))
+        raise _Made
+
+    monkeypatch.setattr(engine_client, "make_transport", record)
+    model_dir = build_tiny_text_model_dir(tmp_path / "m", ModelConfig())
+    for tp in (1, 8):
+        with pytest.raises(_Made):
+            EngineProcessClient(model_dir, python=sys.executable, transport="cuda_ipc", llm_kwargs={"tensor_parallel_size": tp})
+    assert made == [("cuda_ipc", 1), ("cuda_ipc", 8)]
