@@ -17,8 +17,10 @@ block or a stale handle cache shows):
 - every tensor arrives bit-exact in every worker (a position-weighted byte checksum);
 - the sums of squares the engine reports for what arrived equal the trainer's
   (:func:`fastrl.rollout.engine_client.square_sum`) to 1e-9 relative;
-- the trainer's allocated GPU memory after the refit is back within one bucket of its baseline;
-- the refit's bandwidth (GB/s, bucket copies and handle round trips included).
+- the trainer's allocated GPU memory after the refit is back at its baseline (within 1 MiB);
+- the refit's bandwidth (GB/s, bucket copies and handle round trips included), timed after one
+  round trip to the engine (its processes started and imported; the first refit still includes
+  the workers' first opening of the buckets and the stand-in's first allocation of its copies).
 
 Writes ``ipc_refit.jsonl`` (one row per worker count) and prints a table; exit 0 when every check
 passed. Needs CUDA (exit 2 without it).
@@ -156,6 +158,7 @@ def engine_main(fd: int, workers: int) -> None:
     server = module.Server.__new__(module.Server)
     server.llm, server.sleep_enabled = StandInLLM(workers), False
     server.asleep, server.weights_awake = False, True
+    server.engine_workers = workers
     server._maps, server.received, server.weight_version = {}, {}, 0
     sock = socket.socket(fileno=fd)
     try:
@@ -237,6 +240,13 @@ def check_workers(workers: int, args) -> dict:
     child_sock.close()
     row: dict = {"workers": workers, "problems": []}
     try:
+        # one round trip first: the engine process (and its worker processes) started and imported,
+        # so that the first refit's time is the transport's and the workers' first opening
+        start = time.perf_counter()
+        wire.send_message(parent_sock, {"op": "dump"})
+        if not wire.recv_message(parent_sock).get("ok"):
+            raise RuntimeError("engine: the start-up round trip failed")
+        row["engine_start_s"] = time.perf_counter() - start
         bucket_bytes = int(args.bucket_mib * 2**20)
         transport = CudaIpcTransport(bucket_bytes, consumers=workers)
         for refit in (1, 2):
@@ -262,10 +272,10 @@ def check_workers(workers: int, args) -> dict:
                 row["problems"].append(f"refit {refit}: {len(sums_wrong)} sums of squares differ, e.g. {sums_wrong[0]}")
             if count != len(weights) or nbytes != size:
                 row["problems"].append(f"refit {refit}: sent {count} tensors / {nbytes} bytes of {len(weights)} / {size}")
-            if after - base > bucket_bytes:
+            if after - base > 2**20:
                 row["problems"].append(
                     f"refit {refit}: trainer GPU memory {(after - base) / 2**20:.0f} MiB above its baseline after the refit "
-                    f"(more than one bucket, {args.bucket_mib:g} MiB)"
+                    f"(every bucket should be freed once the engine replied; buckets of {args.bucket_mib:g} MiB)"
                 )
             row[f"refit{refit}"] = {
                 "tensors": count,

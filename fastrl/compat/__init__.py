@@ -11,9 +11,9 @@ Index: patch -- upstream it was written for -- behaviour worked around -- where 
   -- CPU only (gloo without CUDA; it refuses to run when CUDA is available).
 - ``megatron_cpu.cpu_transformer_overrides`` -- megatron-core 0.16.1 -- fused CUDA kernels and GPU
   initialization in TransformerConfig -- CPU only.
-- ``megatron_kernels.cuda_kernel_overrides`` -- megatron-core 0.16.1 -- ``masked_softmax_fusion``
-  defaults to True and imports compiled extensions (Apex / ``fused_kernels``) the wheel lacks --
-  CUDA, where those extensions are missing.
+- ``megatron_kernels.cuda_kernel_overrides`` -- megatron-core 0.16.1 / megatron-bridge 0.3.1 --
+  the bridge's provider sets ``masked_softmax_fusion=True``, whose softmax imports compiled
+  extensions (Apex / ``fused_kernels``) the megatron-core wheel lacks -- CUDA, where they are missing.
 - ``megatron_cpu.dist_checkpointing`` -- megatron-core 0.16.1 -- checkpoint strategy modules, imported
   late, escape the CPU patch -- CPU only (a plain import on GPU).
 - ``megatron_bridge.import_auto_bridge`` (stand-ins) -- megatron-bridge 0.3.1 -- unconditional

@@ -1,7 +1,9 @@
-"""Fused kernels megatron-core turns on by default that come from separately compiled CUDA extensions.
+"""A fused kernel the model provider turns on that comes from a separately compiled CUDA extension.
 
-Written against megatron-core 0.16.1. ``TransformerConfig.masked_softmax_fusion`` defaults to True,
-and the local (non-Transformer-Engine) attention's ``FusedScaleMaskSoftmax`` then imports
+Written against megatron-core 0.16.1 and megatron-bridge 0.3.1. megatron-bridge's
+``GPTModelProvider`` (the provider FastRL builds every policy from) sets
+``masked_softmax_fusion=True`` (megatron-core's own ``TransformerConfig`` default is False), and
+the local (non-Transformer-Engine) attention's ``FusedScaleMaskSoftmax`` then imports
 ``scaled_masked_softmax_cuda`` (and its causal / unmasked siblings) for every fp16 / bf16 attention
 whose shapes fit the kernel. Those modules are built by Apex or megatron's ``fused_kernels`` and are
 not part of the ``megatron-core`` wheel, so on a CUDA machine without them the first bf16 forward of

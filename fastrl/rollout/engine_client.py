@@ -197,13 +197,13 @@ class EngineProcessClient:
             "allowed_token_ids": allowed, "eos_token_id": eos, "llm_kwargs": llm_kwargs,
         }
         self._env = dict(env or {})
+        self.transport = make_transport(
+            transport, bucket_bytes, skip_after_first=skip_after_first,
+            consumers=int(llm_kwargs.get("tensor_parallel_size") or 1),  # each engine worker opens its own IPC handle
+        )
         remove_stale_dirs(Path(tempfile.gettempdir()), "fastrl-engine")  # left by SIGKILLed trainers
         self._workdir = owned_temp_dir("fastrl-engine")
         self.log_path = Path(log_path) if log_path else self._workdir / "engine.log"
-        self.transport = make_transport(
-            transport, bucket_bytes, skip_after_first=skip_after_first,
-            consumers=int(llm_kwargs.get("tensor_parallel_size", 1)),  # each engine worker opens its own IPC handle
-        )
         self.weight_version = 0
         self.verify_every = int(verify_every)
         self.verify_tolerance = float(verify_tolerance)

@@ -10,12 +10,13 @@ by path), never ``fastrl`` itself: the engine environment (``.venv-vllm`` on CPU
 vLLM environment on GPU) has transformers 5 and no megatron.
 
 Weight transports (:mod:`fastrl.rollout.refit_transport`): ``load_weights`` (shared-memory bucket
-files; CPU, tested) and ``load_weights_ipc`` (CUDA IPC handle of one flat bucket buffer; colocated
-GPU engine; written against vLLM's API; its CUDA calls run here only against the recording fake of
-``tests/rehearsal``). Both reload from views of one flat uint8 buffer: shared-memory files are
-mapped in this process and the views handed to vLLM as a list (:meth:`Server._reload`); a CUDA IPC
-handle is opened in each vLLM worker (:func:`reload_ipc_bucket`), so that no CUDA tensor is pickled
-to the workers of an engine with ``tensor_parallel_size > 1``.
+files; CPU, tested) and ``load_weights_ipc`` (CUDA IPC handles of one flat bucket buffer, one per
+vLLM worker; colocated GPU engine; written against vLLM's API; CI runs its CUDA calls against the
+recording fake of ``tests/rehearsal``, and ``bench/ipc_refit_check.py`` runs them on a GPU with a
+stand-in for vLLM's workers). Both reload from views of one flat uint8 buffer: shared-memory files
+are mapped in this process and the views handed to vLLM as a list (:meth:`Server._reload`); each
+vLLM worker opens its own CUDA IPC handle (:func:`reload_ipc_bucket`), so that no CUDA tensor is
+pickled to the workers of an engine with ``tensor_parallel_size > 1``.
 
 Sleep (``enable_sleep_mode``, GPU): level 2 between steps (weights and KV cache discarded);
 a refit wakes the weights alone and loads them, :meth:`Server.op_wake` brings the KV cache back.
@@ -94,6 +95,7 @@ class Server:
         kwargs.update(model=spec["model"], tokenizer=spec["tokenizer"], seed=int(spec["seed"]),
                       logprobs_mode="raw_logprobs")
         self.llm = LLM(**kwargs)
+        self.engine_workers = int(kwargs.get("tensor_parallel_size") or 1)  # each opens its own IPC handle
         self.allowed_ids = spec.get("allowed_token_ids")
         self.sleep_enabled = bool(kwargs.get("enable_sleep_mode"))
         self.asleep = False
@@ -242,10 +244,17 @@ class Server:
         worker.
 
         Raises:
-            ValueError: a handle is not a CUDA tensor's (:func:`check_cuda_handle`).
+            ValueError: a handle is not a CUDA tensor's (:func:`check_cuda_handle`); not one handle per
+                worker (a handle no worker opens would keep its bucket allocated on the trainer's GPU).
         """
         import torch
 
+        if len(req["handles"]) != self.engine_workers:
+            raise ValueError(
+                f"load_weights_ipc got {len(req['handles'])} CUDA IPC handle(s) for an engine of {self.engine_workers} "
+                f"worker(s): the trainer's refit transport must send one per engine worker (consumers = the engine's "
+                f"tensor_parallel_size)"
+            )
         opened = [check_cuda_handle(handle) for handle in req["handles"]]
         device = torch.cuda.current_device()
         rebuild = opened[0][0]

@@ -43,6 +43,7 @@ def _gpu_engine(monkeypatch, *, verify_every: int = 0, engine_tp: int = 1):
     server = module.Server.__new__(module.Server)
     server.llm, server.sleep_enabled = llm, True
     server.asleep, server.weights_awake = False, True  # vLLM starts with weights and KV cache
+    server.engine_workers = engine_tp
     server._maps, server.received, server.weight_version = {}, {}, 0
     client = EngineProcessClient.__new__(EngineProcessClient)
     client.name, client.weight_version, client.verify_every, client.verify_tolerance = "engine", 0, verify_every, 1.0
@@ -201,17 +202,20 @@ def test_a_tp_engine_opens_the_ipc_bucket_in_each_worker_and_no_cuda_tensor_is_p
     assert server.received["model.layers.0.mlp.up_proj.weight"] == pytest.approx(float((WEIGHTS[0][1] ** 2).sum()))
 
 
-def test_an_engine_with_more_workers_than_handles_is_refused_by_name(monkeypatch):
-    # Breakage caught: a transport built for one consumer feeding a TP2 engine: worker 1 would index
-    # past the handles (IndexError with no hint) or, with a shared handle, leak every bucket.
+@pytest.mark.parametrize("handles", [1, 3])
+def test_not_one_handle_per_engine_worker_is_refused_by_name(monkeypatch, handles):
+    # Breakage caught: a transport built for another worker count than the engine's: with fewer
+    # handles worker 1 indexes past them (IndexError with no hint) or shares one (its bucket never
+    # freed); with more, a handle no worker opens keeps its bucket allocated on the trainer's GPU.
     FakeCuda(device_count=2).install(monkeypatch)
     monkeypatch.setattr("torch.multiprocessing.reductions.reduce_tensor", FakeReduceTensor())
     _gpu_pack(monkeypatch)
     monkeypatch.setattr(update_phase, "export_hf_weights", _exporter([]))
     client, server, llm = _gpu_engine(monkeypatch, engine_tp=2)
-    client.transport = refit_transport.make_transport("cuda_ipc", 1, consumers=1)
-    with pytest.raises(EngineError, match="worker 1 got 1 CUDA IPC handle.*one per engine worker"):
+    client.transport = refit_transport.make_transport("cuda_ipc", 1, consumers=handles)
+    with pytest.raises(EngineError, match=rf"got {handles} CUDA IPC handle.*engine of 2 worker.*one per engine worker"):
         update_phase.refit(client, _actor())
+    assert [w.opened for w in llm.workers] == [[], []]  # refused before any worker opened a handle
 
 
 def test_the_worker_function_is_self_contained(monkeypatch):

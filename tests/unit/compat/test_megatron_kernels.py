@@ -1,7 +1,7 @@
 """fastrl.compat.megatron_kernels: the fused softmax's compiled extensions, and the override when they are missing.
 
-The upstream test shows the failure the override avoids: megatron-core's fused softmax, left at its
-default ``masked_softmax_fusion=True``, imports ``scaled_masked_softmax_cuda`` for a bf16 attention of
+The upstream test shows the failure the override avoids: megatron-core's fused softmax, with
+``masked_softmax_fusion=True`` (what megatron-bridge's GPT provider sets), imports ``scaled_masked_softmax_cuda`` for a bf16 attention of
 kernel-sized shapes and raises where the extension is not installed (as on an H200 with the
 megatron-core wheel alone). A megatron-core that stops importing it fails that test.
 """
@@ -40,7 +40,8 @@ def test_the_default_fusion_imports_an_extension_the_wheel_lacks_and_the_overrid
     assert overrides == {"masked_softmax_fusion": False}
     assert _softmax(fusion=overrides["masked_softmax_fusion"]).is_kernel_available(None, b, heads, sq, sk) is False
     scores = torch.randn(b, heads, sq, sk).to(torch.bfloat16)
-    probs = _softmax(fusion=False)(scores, None).float()
+    causal = torch.ones(1, 1, sq, sk, dtype=torch.bool).triu(1)  # given, so no CUDA default mask is built
+    probs = _softmax(fusion=False)(scores, causal).float()
     assert torch.allclose(probs.sum(-1), torch.ones(b, heads, sq), atol=1e-2)
     assert probs[..., 0, 1:].abs().max() == 0  # causal: the first query sees only the first key
 

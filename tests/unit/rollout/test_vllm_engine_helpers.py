@@ -124,6 +124,7 @@ def _server(module, llm, *, sleep_enabled=True):
     server = module.Server.__new__(module.Server)  # no vLLM: only the sleep/refit logic
     server.llm, server.sleep_enabled = llm, sleep_enabled
     server.asleep, server.weights_awake = False, True
+    server.engine_workers = 1
     server._maps, server.received, server.weight_version = {}, {}, 0
     server.spec = {"model": str(Path(__file__).parent)}  # a model directory without weight files
     return server
