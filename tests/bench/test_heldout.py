@@ -141,3 +141,32 @@ def test_a_retimed_run_must_compute_what_the_original_did():
     assert same_computation(a, other) == "step 1 (train): reward/mean = 0.5 against 0.25"
     assert same_computation(a, [{**a[0]}, {**a[1], "test/accuracy_stderr": 0.02}]).startswith("step 1 (test)")
     assert same_computation(a, a[:1]) == "2 records against 1"
+
+
+def test_a_run_from_another_build_of_the_warm_start_is_set_aside_to_run_again(tmp_path):
+    # Breakage caught: rows of one seed paired although they started from two builds of its warm
+    # start (seed 2: a rebuild on another machine gave SFT color accuracy 0.951 against 0.934).
+    from bench.heldout import set_aside_other_warm_start, warm_start_fingerprint
+
+    def run(name, acc, seconds, cached):
+        d = tmp_path / name
+        d.mkdir(parents=True)
+        start = {"step": 0, "kind": "start", "wall_time": seconds, "warm_start/sft_color_acc": acc,
+                 "warm_start/seconds": seconds, "warm_start/cached": cached}
+        (d / "metrics.jsonl").write_text(json.dumps(start) + "\n" + json.dumps({"step": 1, "kind": "train"}) + "\n")
+        (d / "FINISHED").write_text("")
+        return d
+
+    reference = warm_start_fingerprint(run("_warm_start/grpo", 0.951, 92.0, 0.0))
+    assert reference == {"warm_start/sft_color_acc": 0.951}  # times and the cache flag are not what it computed
+    run("same", 0.951, 11.0, 1.0)
+    assert set_aside_other_warm_start(tmp_path, "same", reference) is None
+    run("other", 0.934, 77.0, 1.0)
+    (tmp_path / "other.bench_run.json").write_text("{}")
+    (tmp_path / "other.log").write_text("")
+    run("retime/other", 0.934, 70.0, 1.0)
+    dest = set_aside_other_warm_start(tmp_path, "other", reference)
+    assert dest == tmp_path / "other_warm_start" / "1"
+    assert sorted(p.name for p in dest.iterdir()) == ["other", "other.bench_run.json", "other.log", "retime-other"]
+    assert not (tmp_path / "other").exists() and not (tmp_path / "retime" / "other").exists()
+    assert set_aside_other_warm_start(tmp_path, "missing", reference) is None
