@@ -45,12 +45,30 @@ def _child(rank: int, world_size: int, port: int, fn: Callable, args: tuple, kwa
         parallel_state.destroy()
 
 
+#: attempts of :func:`run_distributed` when rank 0 cannot listen on the port it was given
+PORT_ATTEMPTS = 3
+
+
 def run_distributed(fn: Callable, world_size: int, *args: Any, timeout_s: float = 150.0, **kwargs: Any) -> list[Any]:
     """``[fn(*args, **kwargs) on rank 0, ..., on rank world_size - 1]``.
+
+    The port is free when chosen but may be taken before rank 0 listens on it (another test running
+    beside this one: ``EADDRINUSE``, seen under ``make test``'s two workers); the ranks then start
+    again on a new port, at most :data:`PORT_ATTEMPTS` times.
 
     Raises:
         RuntimeError: a rank raised (its traceback is in the message) or did not finish in time.
     """
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        try:
+            return _run_once(fn, world_size, args, kwargs, timeout_s)
+        except RuntimeError as error:
+            if "EADDRINUSE" not in str(error) or attempt == PORT_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _run_once(fn: Callable, world_size: int, args: tuple, kwargs: dict, timeout_s: float) -> list[Any]:
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     port = _free_port()

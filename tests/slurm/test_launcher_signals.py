@@ -21,6 +21,16 @@ import pytest
 
 pytestmark = pytest.mark.slurm
 
+
+def _default_stop_signals() -> None:
+    """In the launcher's process before exec: INT, HUP and TERM back to their default actions, as a
+    terminal or a scheduler delivers them. A job started in the background of a non-interactive
+    shell (``make test &``) inherits SIGINT ignored, and bash cannot trap a signal ignored on entry:
+    graceful_launch.sh then never saw the INT of the table (seen: both INT rows timed out)."""
+    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "slurm.md"
 WRAPPER = REPO / "slurm" / "graceful_launch.sh"
@@ -89,7 +99,7 @@ def test_signal_to_launcher_matches_table(slurm, tmp_path, sig, launcher, outcom
     with log.open("w") as log_file:  # a file, not a pipe: torchrun's orphaned workers would hold a pipe open
         proc = subprocess.Popen(
             _command(launcher, tmp_path), cwd=REPO, env={**slurm.env, **MPI_ENV},
-            stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
+            stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_default_stop_signals,
         )
     try:
         _wait_steps(tmp_path, proc, 2, 2)
@@ -130,7 +140,7 @@ def test_torchrun_task_passes_the_stop_signal_to_torchruns_workers(tmp_path, sig
     cmd = [str(task), *_command("torchrun --nproc-per-node=2", tmp_path)]
     log = tmp_path / "task.log"
     with log.open("w") as log_file:
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_default_stop_signals)
     try:
         _wait_steps(tmp_path, proc, 2, 2)
         os.kill(proc.pid, getattr(signal, f"SIG{sig}"))  # the task only, not its process group
@@ -192,7 +202,7 @@ def test_graceful_launch_term_saves_trained_steps(slurm, tmp_path, launcher):
     log = tmp_path / "launcher.log"
     with log.open("w") as log_file:
         proc = subprocess.Popen(cmd, cwd=REPO, env={**slurm.env, **MPI_ENV}, stdout=log_file,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+                                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_default_stop_signals)
     try:
         deadline = time.monotonic() + 300
         while not _train_steps(run_dir) or max(_train_steps(run_dir)) < 2:
