@@ -299,9 +299,9 @@ def _check(args: argparse.Namespace, parts: list[Part]) -> int:
     te = info["transformer_engine"] == "yes"
     actor = actor_rows(read_jsonl(actor_jsonl), te)
     train = read_jsonl(metrics)
-    ipc_ran = any(p.name == "ipc_refit" for p in parts)
-    ipc = read_jsonl(ipc_jsonl) if ipc_ran else None
-    text = table(info, actor, train, parts, args.steps, ipc=ipc if ipc_ran or args.cpu_smoke else [])
+    # the IPC rows: what the part measured; None in the CPU smoke run ("not run"); none when skipped
+    ipc = read_jsonl(ipc_jsonl) if any(p.name == "ipc_refit" for p in parts) else (None if args.cpu_smoke else [])
+    text = table(info, actor, train, parts, args.steps, ipc=ipc)
     (args.out / "gpu_check.md").write_text(text + "\n")
     payload = {"environment": info, "actor": actor, "train": train, "ipc_refit": ipc,
                "parts": [{"name": p.name, "status": p.status, "seconds": p.seconds, "cmd": p.cmd} for p in parts]}

@@ -4,8 +4,8 @@ megatron-bridge's ``AutoBridge`` reads the Hugging Face config, picks the matchi
 (Qwen2.5-VL: vision tower + mrope language model; Qwen2 / Llama: GPT model) and loads the weights
 with the tensor/pipeline-parallel split of this process. This module adds what FastRL needs around
 it: the layer spec and precision chosen by :mod:`fastrl.models.layer_spec`, the upstream fixes of
-:mod:`fastrl.compat` (CPU settings; fused kernels without their CUDA extension; ``mrope_section`` from the Hugging Face config, which the bridge
-leaves at its default), DDP wrapping for the trainable actor, a frozen reference policy, and the
+:mod:`fastrl.compat` (CPU settings; fused kernels without their CUDA extension; ``mrope_section``
+from the Hugging Face config, which the bridge leaves at its default), DDP wrapping for the trainable actor, a frozen reference policy, and the
 streaming export back to Hugging Face names for the rollout engine's weight refit.
 
 Call after :func:`fastrl.distributed.parallel_state.initialize` (the bridge reads the parallel state).

@@ -39,8 +39,8 @@ prompt inputs here, so both sides see the same image tokens.
 
 Refit (:meth:`update_weights`): the transport is chosen by the rank's device
 (:func:`fastrl.rollout.refit_transport.transport_for_device`): shared-memory buckets on CPU, CUDA
-IPC for an engine on the trainer's GPU (one handle per engine worker); metrics ``refit/bytes``, ``refit/time_s``,
-``refit/mb_per_s`` in :attr:`refit_metrics`.
+IPC for an engine on the trainer's GPU (one handle per engine worker); metrics ``refit/bytes``,
+``refit/time_s``, ``refit/mb_per_s`` in :attr:`refit_metrics`.
 Refit verification: :meth:`score` (the engine's log-probs of given token sequences, vLLM
 ``prompt_logprobs``) and :meth:`group_sums` (per parameter group, the engine's sum of squared
 weights), used by :mod:`fastrl.training.refit_verify`.

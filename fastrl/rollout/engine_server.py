@@ -365,21 +365,11 @@ def reload_ipc_bucket(worker, rebuild, handle_args: list, entries: list, sums: b
     ``rpc_rank`` is the worker's index in the executor, the order of ``collective_rpc``'s results),
     reload the worker's weights from views of it (each tensor-parallel worker takes its shard of the
     full tensors), wait for the copies, and return each tensor's sum of squares as received
-    (``sums``) or None.
-
-    Raises:
-        ValueError: fewer handles than this worker's index needs (the trainer's transport was built
-            for fewer workers than the engine has).
-    """
+    (``sums``) or None. :meth:`Server.op_load_weights_ipc` has checked that there is one handle
+    per worker."""
     import torch
 
-    rank = worker.rpc_rank
-    if rank >= len(handle_args):
-        raise ValueError(
-            f"worker {rank} got {len(handle_args)} CUDA IPC handle(s): the trainer's refit transport must send "
-            f"one per engine worker (consumers = the engine's tensor_parallel_size)"
-        )
-    views = bucket_views([(rebuild(*handle_args[rank]), entries)])
+    views = bucket_views([(rebuild(*handle_args[worker.rpc_rank]), entries)])
     squares = square_sums([t for _, t in views]) if sums else None
     worker.reload_weights(weights_iterator=views)
     torch.cuda.synchronize()

@@ -326,9 +326,10 @@ class CudaIpcTransport:
     ``reduce_tensor`` call, set to 1, and decremented by each process that releases what it
     rebuilt; the trainer's block is freed when it reaches 0. One handle opened by two workers ends
     at -1, which torch 2.11-2.13's producer side reads as a huge unsigned count, and the block is
-    never freed (a signed counter would instead free it while the second worker may still read it): every bucket of every refit stayed allocated on the
-    trainer's GPU (measured on an H200 by ``bench/ipc_refit_check.py``: 2 GiB after a 2 GiB refit
-    into two workers, also after ``torch.cuda.ipc_collect()``; 0 with one handle per worker).
+    never freed (a signed counter would instead free it while the second worker may still read
+    it): every bucket of every refit stayed allocated on the trainer's GPU (measured on an H200 by
+    ``bench/ipc_refit_check.py``: 2 GiB after a 2 GiB refit into two workers, also after
+    ``torch.cuda.ipc_collect()``; 0 with one handle per worker).
     """
 
     replayable = False
