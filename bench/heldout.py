@@ -27,13 +27,16 @@ kept fraction, mean n, and time to accuracy: the training seconds at the first o
 test evaluations at or above :data:`TARGET_ACCURACY` (fixed before the runs), per seed and as a
 median.
 
-    python bench/heldout.py --seeds 5                    # hours: about 95 minutes a seed
+    python bench/heldout.py --seeds 5                    # hours: about two hours a seed
     python bench/heldout.py --seeds 5 --report-only      # tables from the finished runs
     python bench/heldout.py --seeds 1 --rows grpo,fastrl_grpo --steps 4 --out /tmp/h   # a smoke run
 
 A finished run with the same arguments is reused (an interrupted benchmark continues where it
-stopped); a partly trained one resumes from its checkpoint, and its end-to-end time is then left
-out (it is not one process's).
+stopped), and a seed whose rows all finished from one warm start is left as it is
+(:func:`seed_complete`); a partly trained run resumes from its checkpoint, and its end-to-end time
+is then left out (it is not one process's). ``--again S`` trains seed ``S`` anew on this machine,
+its earlier runs moved to ``seed<S>/earlier/<n>/``: the rows of a seed are compared with each
+other, so they belong on one machine.
 
 Re-timing, by a rule fixed before the runs: a run during which other processes used more than
 :data:`RETIME_OTHER_CORES` cores on average (``bench_run.json``'s ``other_cores``, which counts
@@ -224,18 +227,17 @@ def warm_start_fingerprint(run_dir: Path) -> dict:
     return {}
 
 
-def set_aside_other_warm_start(seed_dir: Path, recipe: str, reference: dict) -> Path | None:
-    """Move a run of ``recipe`` (with its side files and its re-timing) that started from another
-    warm start than ``reference`` into ``seed_dir/other_warm_start/<n>/``, so that it is run again
-    from the seed's current one; returns where it went, or None (no such run, or the same start)."""
+def set_aside(seed_dir: Path, recipe: str, folder: str) -> Path | None:
+    """Move the run of ``recipe`` (with its side files and its re-timing) into
+    ``seed_dir/<folder>/<n>/`` (the first free ``n``), so that the benchmark trains it again;
+    returns where it went, or None when there is no such run."""
     run_dir = seed_dir / recipe
-    found = warm_start_fingerprint(run_dir)
-    if not found or not reference or found == reference:
+    if not run_dir.exists():
         return None
     n = 1
-    while (seed_dir / "other_warm_start" / str(n) / recipe).exists():
+    while (seed_dir / folder / str(n) / recipe).exists():
         n += 1
-    dest = seed_dir / "other_warm_start" / str(n)
+    dest = seed_dir / folder / str(n)
     dest.mkdir(parents=True, exist_ok=True)
     for path in [run_dir, seed_dir / "retime" / recipe,
                  *(seed_dir / f"{recipe}{suffix}" for suffix in (".args.json", ".bench_run.json", ".log"))]:
@@ -243,6 +245,32 @@ def set_aside_other_warm_start(seed_dir: Path, recipe: str, reference: dict) -> 
             target = dest / ("retime-" + path.name if path.parent.name == "retime" else path.name)
             path.rename(target)
     return dest
+
+
+def set_aside_other_warm_start(seed_dir: Path, recipe: str, reference: dict) -> Path | None:
+    """Set aside (:func:`set_aside`, into ``other_warm_start``) a run of ``recipe`` that started
+    from another warm start than ``reference``; returns where it went, or None (no such run, or the
+    same start)."""
+    found = warm_start_fingerprint(seed_dir / recipe)
+    if not found or not reference or found == reference:
+        return None
+    return set_aside(seed_dir, recipe, "other_warm_start")
+
+
+def seed_complete(seed_dir: Path, rows: list[Row]) -> bool:
+    """Whether every row of the seed finished from the same warm start as the seed's GRPO run and
+    none waits for its re-timing: then the seed is not touched again (its warm start is not
+    rebuilt; a rebuild on another machine can differ, and would send every row to run again)."""
+    base = warm_start_fingerprint(seed_dir / BY_LABEL[BASE].recipe)
+    for row in rows:
+        run_dir = seed_dir / row.recipe
+        if not (run_dir / "FINISHED").exists() or not base or warm_start_fingerprint(run_dir) != base:
+            return False
+        info_path = seed_dir / f"{row.recipe}.bench_run.json"
+        info = json.loads(info_path.read_text()) if info_path.exists() else {}
+        if disturbed(info) and not (seed_dir / "retime" / row.recipe / "VERIFIED").exists():
+            return False
+    return True
 
 
 def retime(row: Row, seed_dir: Path, overrides: list[str], *, threads: int, timeout: float) -> Path:
@@ -475,6 +503,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--report-only", action="store_true", help="only rebuild the report from finished runs")
     p.add_argument("--retime", help="comma-separated SEED:ROW runs to train again for their times only "
                    "(e.g. 1:grpo, a run other work on the machine slowed down); checked to compute the same values")
+    p.add_argument("--again", default="", help="comma-separated seeds whose finished runs are moved to "
+                   "seed<S>/earlier/<n>/ and trained again, all on this machine (e.g. rows of one seed that ran on "
+                   "two machines)")
     p.add_argument("overrides", nargs="*", help="extra dotted key=value overrides for every run")
     args = p.parse_args(argv)
     if args.seeds < 1:
@@ -482,6 +513,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = [x for x in (args.rows or "").split(",") if x and x not in BY_LABEL]
     if unknown:
         p.error(f"unknown rows {unknown}; choose from {', '.join(BY_LABEL)}")
+    if not all(x.isdigit() and 1 <= int(x) <= args.seeds for x in args.again.split(",") if x):
+        p.error(f"--again takes comma-separated seeds among 1..{args.seeds}, got {args.again!r}")
+    args.again = {int(x) for x in args.again.split(",") if x}
     args.retime_runs = []
     for item in (args.retime or "").split(","):
         if not item:
@@ -504,6 +538,14 @@ def main(argv: list[str] | None = None) -> int:
     if not args.report_only:
         for s in seeds:
             seed_dir = args.out / f"seed{s}"
+            if s in args.again:
+                for label in orders[s]:
+                    moved = set_aside(seed_dir, BY_LABEL[label].recipe, "earlier")
+                    if moved is not None:
+                        print(f"seed {s}: {label} moved to {moved} (--again), to run again", flush=True)
+            elif seed_complete(seed_dir, rows):
+                print(f"seed {s}: every row finished from one warm start: nothing to run", flush=True)
+                continue
             print(f"seed {s}: {', '.join(orders[s])}", flush=True)
             build_warm_start(seed_dir, [*overrides, *seed_overrides(s)], threads=args.threads, timeout=args.timeout)
             reference = warm_start_fingerprint(seed_dir / "_warm_start" / BY_LABEL[BASE].recipe)

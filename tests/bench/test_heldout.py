@@ -170,3 +170,61 @@ def test_a_run_from_another_build_of_the_warm_start_is_set_aside_to_run_again(tm
     assert sorted(p.name for p in dest.iterdir()) == ["other", "other.bench_run.json", "other.log", "retime-other"]
     assert not (tmp_path / "other").exists() and not (tmp_path / "retime" / "other").exists()
     assert set_aside_other_warm_start(tmp_path, "missing", reference) is None
+
+
+def _finished_run(seed_dir, recipe, acc, other_cores=0.0):
+    d = seed_dir / recipe
+    d.mkdir(parents=True)
+    start = {"step": 0, "kind": "start", "warm_start/sft_color_acc": acc, "warm_start/seconds": 9.0}
+    (d / "metrics.jsonl").write_text(json.dumps(start) + "\n")
+    (d / "FINISHED").write_text("")
+    (seed_dir / f"{recipe}.bench_run.json").write_text(json.dumps({"other_cores": other_cores}))
+    return d
+
+
+def test_a_complete_seed_is_not_touched_again_and_an_incomplete_one_is(tmp_path):
+    # Breakage caught: a later session rebuilding a finished seed's warm start (on another machine
+    # it can differ) and so training all of its rows again; or a seed skipped although a row is
+    # missing, started from another build, or still waits for its re-timing.
+    from bench.heldout import seed_complete
+
+    rows = [BY_LABEL["grpo"], BY_LABEL["fastrl_grpo"]]
+    _finished_run(tmp_path, rows[0].recipe, 0.917)
+    assert not seed_complete(tmp_path, rows)  # a row missing
+    fastrl = _finished_run(tmp_path, rows[1].recipe, 0.917)
+    assert seed_complete(tmp_path, rows)
+    (fastrl / "metrics.jsonl").write_text(json.dumps({"step": 0, "kind": "start", "warm_start/sft_color_acc": 0.933}))
+    assert not seed_complete(tmp_path, rows)  # another build of the warm start
+    (fastrl / "metrics.jsonl").write_text(json.dumps({"step": 0, "kind": "start", "warm_start/sft_color_acc": 0.917}))
+    (tmp_path / f"{rows[1].recipe}.bench_run.json").write_text(json.dumps({"other_cores": 0.5}))
+    assert not seed_complete(tmp_path, rows)  # disturbed, not yet re-timed
+    (tmp_path / "retime" / rows[1].recipe).mkdir(parents=True)
+    (tmp_path / "retime" / rows[1].recipe / "VERIFIED").write_text("")
+    assert seed_complete(tmp_path, rows)
+
+
+def test_again_moves_every_run_of_the_seed_aside_before_training(tmp_path, monkeypatch):
+    # Breakage caught: --again accepted and ignored (the seed's old runs reused), or runs deleted
+    # instead of kept aside; a complete seed not named by --again is skipped without a warm start.
+    import bench.heldout as heldout
+
+    calls = []
+    monkeypatch.setattr(heldout, "build_warm_start", lambda seed_dir, *a, **k: calls.append(("warm", seed_dir.name)))
+
+    def run_one(row, seed_dir, *args, **kwargs):
+        calls.append(("run", seed_dir.name, row.label))
+        _finished_run(seed_dir, row.recipe, 0.95)
+
+    monkeypatch.setattr(heldout, "run_one", run_one)
+    monkeypatch.setattr(heldout, "measure", lambda run_dir: {})
+    for seed in (1, 2):
+        for label in ("grpo", "fastrl_grpo"):
+            _finished_run(tmp_path / f"seed{seed}", BY_LABEL[label].recipe, 0.9)
+    monkeypatch.setattr(heldout, "summarize", lambda per_seed, rows: [])
+    monkeypatch.setattr(heldout, "markdown", lambda summary, per_seed: "")
+    heldout.main(["--seeds", "2", "--rows", "grpo,fastrl_grpo", "--again", "2", "--out", str(tmp_path)])
+    assert calls == [("warm", "seed2"), ("run", "seed2", "grpo"), ("run", "seed2", "fastrl_grpo")]
+    assert sorted(p.name for p in (tmp_path / "seed2" / "earlier" / "1").iterdir()) == sorted(
+        f"{BY_LABEL[label].recipe}{suffix}" for label in ("grpo", "fastrl_grpo") for suffix in ("", ".bench_run.json"))
+    with pytest.raises(SystemExit):
+        heldout.main(["--seeds", "2", "--again", "3", "--out", str(tmp_path)])
