@@ -19,6 +19,10 @@ greedy on the 150 validation problems before and after training; the 300 held-ou
 once the run completes (``data.test_size``; the base model's test accuracy: docs/results.md). Costs: docs/results.md ("A real
 pretrained model").
 
+Every step's rollouts, with the pruner's decisions, are written to ``<run>/rollouts/``
+(``logging.rollouts_every=1``: about 130 kB a step) for ``bench/prune_text.py``: what MDAP finds to
+prune in natural text.
+
 The three recipes differ only in pruning: none (GRPO), FastRL's default (importance-weighted MDAP +
 ARS), and MDAP's matched-ratio random peer (the same kept count per group as MDAP, chosen at
 random, the same weights and ARS).
@@ -72,7 +76,7 @@ def _smollm2_base(name: str) -> RunConfig:
         optimizer=OptimizerConfig(lr=1e-6, weight_decay=1e-2, clip_grad=1.0),
         warm_start=WarmStartConfig(enabled=False),
         trainer=TrainerConfig(epochs=1, max_steps=20, mini_batch_prompts=8, val_every=0),
-        logging=LoggingConfig(output_dir="runs"),
+        logging=LoggingConfig(output_dir="runs", rollouts_every=1),
     )
 
 

@@ -297,9 +297,14 @@ class LoggingConfig:
     wandb_project: str | None = doc(None, "Weights & Biases project (None: off).")
     progress_bar: bool = doc(True, "Progress bar on rank 0.")
     log_every: int = doc(1, "Print a metrics line every K steps.")
+    rollouts_every: int = doc(
+        0, "Write every rollout of every K-th step (prompt, response text and token ids, reward, advantage, "
+        "kept or pruned) to <run dir>/rollouts/dp<rank>.jsonl (0: never); bench/prune_text.py reads them."
+    )
 
     def __post_init__(self) -> None:
         _check(self.log_every >= 1, f"logging.log_every must be >= 1, got {self.log_every}")
+        _check(self.rollouts_every >= 0, f"logging.rollouts_every must be >= 0, got {self.rollouts_every}")
 
 
 @dataclass(kw_only=True, frozen=True)

@@ -31,6 +31,7 @@ from fastrl.distributed import world
 from fastrl.training.generation import group_size, sleep_engine
 from fastrl.training.metrics import MetricsLogger, supersede_records_after
 from fastrl.training.parts import RunParts, total_steps
+from fastrl.training.rollout_log import rollouts_path, write_rollouts, writes_rollouts
 from fastrl.training.step import train_step
 from fastrl.training.update_phase import refit, release_cached_memory
 from fastrl.training.validation import ValidationStopped, validate_policy
@@ -152,19 +153,20 @@ def run_loop(run: RunParts, state: TrainState, stop: "StopRequest") -> dict[str,
     resumed = resume(run, state, io)
     if not cfg.trainer.val_only:
         failed: Exception | None = None
-        if ctx.is_logging_rank:
-            try:
-                moved, superseded = supersede_records_after(run.run_dir / "metrics.jsonl", state.step)
+        own = ([run.run_dir / "metrics.jsonl"] if ctx.is_logging_rank else []) + (
+            [rollouts_path(run.run_dir, ctx.dp_rank)] if writes_rollouts(ctx) else [])
+        try:
+            for path in own:
+                moved, superseded = supersede_records_after(path, state.step)
                 if moved:
                     logger.info(
-                        "metrics.jsonl: %d record(s) after step %d, which this run trains again, moved to %s",
-                        moved, state.step, superseded,
+                        "%s: %d record(s) after step %d, which this run trains again, moved to %s",
+                        path.name, moved, state.step, superseded,
                     )
-            except (OSError, ValueError) as err:
-                failed = err
-        failed = world.broadcast_object(failed)  # every rank stops, none waits in a collective
-        if failed is not None:
-            raise failed
+        except (OSError, ValueError) as err:
+            failed = err
+        if world.any_rank(failed is not None):  # every rank stops, none waits in a collective
+            raise failed or RuntimeError("another rank could not set aside its records of the steps trained again")
     log = MetricsLogger(
         run.run_dir, tensorboard=cfg.logging.tensorboard, wandb_project=cfg.logging.wandb_project,
         run_name=cfg.logging.run_name or cfg.recipe, config=cfg.to_dict(), enabled=ctx.is_logging_rank,
@@ -225,6 +227,8 @@ def run_loop(run: RunParts, state: TrainState, stop: "StopRequest") -> dict[str,
         state.step += 1
         stage_steps += 1
         out = train_step(run, state, state.step)
+        if out.rollouts and writes_rollouts(ctx):
+            write_rollouts(run.run_dir, ctx.dp_rank, list(out.rollouts), pruning=dataclasses.asdict(cfg.pruning))
         m = dict(out.metrics)
         m.update({f"time/{k}": v for k, v in run.timer.pop().items()})
         state.train_seconds += m["time/step"]

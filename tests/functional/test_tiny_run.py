@@ -22,7 +22,8 @@ THRESHOLDS = json.loads((Path(__file__).parent / "tiny_run_thresholds.json").rea
 
 def test_tiny_fastrl_run_metrics_within_thresholds(tmp_path):
     start = time.monotonic()
-    proc = run_train(tmp_path, "trainer.max_steps=3", COIN_REWARD, "data.test_size=8", "trainer.test_every=2")
+    proc = run_train(tmp_path, "trainer.max_steps=3", COIN_REWARD, "data.test_size=8", "trainer.test_every=2",
+                     "logging.rollouts_every=2")
     wall = time.monotonic() - start
     run_dir = tmp_path / "easyvqa_tiny_fastrl_grpo_cpu"
     assert "validation accuracy:" in proc.stdout + proc.stderr
@@ -85,6 +86,19 @@ def test_tiny_fastrl_run_metrics_within_thresholds(tmp_path):
     assert summary_a["steps"] == 3 and summary_a["mean_n"] == 4 and summary_a["train_time_s"] > 0
     text = compare_runs.table(summary_a, summary_a, ("a", "b"))
     assert "speed ratio time(A)/time(B): 1.00x" in text
+    # logging.rollouts_every=2: step 2's 16 rollouts with the pruner's decision, which the analysis
+    # recomputes from the token ids (breakage caught: records out of step with the keep mask or the
+    # advantages, another step's rollouts, a step logged that was not due)
+    from bench.prune_text import analyze
+    from fastrl.training.rollout_log import read_rollouts
+
+    logged = read_rollouts(run_dir)
+    step2 = train[1]
+    assert {r["step"] for r in logged} == {2} and len(logged) == step2["prune/num_rollouts"] == 16
+    assert sum(r["kept"] for r in logged) == step2["prune/num_kept"]
+    assert sum(r["reward"] for r in logged) / 16 == pytest.approx(step2["reward/mean"])
+    assert sum(abs(r["advantage"]) for r in logged) / 16 == pytest.approx(step2["advantage/abs_mean"], rel=1e-5)
+    assert analyze(run_dir)["decisions_checked"]  # MDAP's Phase 1, recomputed, equals what was logged
     # a finished run started again does nothing and exits 0
     again = run_train(tmp_path, "trainer.max_steps=3", COIN_REWARD)
     assert "already complete" in again.stdout + again.stderr

