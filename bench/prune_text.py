@@ -41,7 +41,8 @@ from fastrl.algorithms._prune_batch import advantage_buckets, prepare_batch, ran
 from fastrl.algorithms.pruning import jaccard  # noqa: E402
 from fastrl.training.rollout_log import read_pruning, read_rollouts  # noqa: E402
 
-MDAP_METHODS = ("fastrl", "fastrl_unbiased")
+#: Methods whose Phase-1 mask is MDAP's own rule (the matched-ratio peers keep MDAP's count, chosen otherwise).
+MDAP_RULE_METHODS = ("fastrl", "fastrl_unbiased")
 QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
 
 
@@ -125,7 +126,9 @@ def analyze(run_dir: Path, *, semantics: str | None = None, ngram: int | None = 
     records = read_rollouts(run_dir)
     members, counts = bucket_members(records, semantics=semantics, ngram=ngram,
                                      adv_tolerance=pc["adv_tolerance"])
-    checked = (pc["method"] in MDAP_METHODS and pc["semantics"] == semantics == "reference"
+    # the logged mask is MDAP's reference rule on exact similarities with these very settings
+    # (pruning.apply=false logs every rollout as kept)
+    checked = (pc["method"] in MDAP_RULE_METHODS and pc["apply"] and pc["semantics"] == semantics == "reference"
                and ngram == pc["ngram"] and threshold == pc["similarity_threshold"] and pc["similarity_mode"] == "exact")
     if checked:
         check_reference_decisions(members, records, threshold)
