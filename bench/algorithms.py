@@ -114,6 +114,11 @@ def seed_overrides(seed: int) -> list[str]:
     return [f"trainer.seed={seed}", f"rollout.seed={seed}", f"data.shuffle_seed={seed}"]
 
 
+def train_args(recipe: str, seed_dir: Path, overrides: list[str], *, threads: int) -> list[str]:
+    """The arguments of ``python -m fastrl.train`` for one run (stored beside it as ``<recipe>.args.json``)."""
+    return ["--recipe", recipe, *overrides, f"logging.output_dir={seed_dir}", f"trainer.torch_threads={threads}"]
+
+
 def run_recipe(entry: Entry, seed_dir: Path, overrides: list[str], *, threads: int, timeout: float) -> dict:
     """Train one recipe in a subprocess; returns its wall seconds.
 
@@ -123,8 +128,7 @@ def run_recipe(entry: Entry, seed_dir: Path, overrides: list[str], *, threads: i
     run_dir = seed_dir / entry.recipe
     log_path = seed_dir / f"{entry.recipe}.log"
     args_path = seed_dir / f"{entry.recipe}.args.json"
-    cmd = [sys.executable, "-m", "fastrl.train", "--recipe", entry.recipe, *overrides,
-           f"logging.output_dir={seed_dir}", f"trainer.torch_threads={threads}"]
+    cmd = [sys.executable, "-m", "fastrl.train", *train_args(entry.recipe, seed_dir, overrides, threads=threads)]
     if run_dir.exists():
         previous = json.loads(args_path.read_text()) if args_path.exists() else None
         if previous != cmd[3:]:

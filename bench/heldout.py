@@ -35,8 +35,8 @@ A finished run with the same arguments is reused (an interrupted benchmark conti
 stopped), and a seed whose rows all finished from one warm start is left as it is
 (:func:`seed_complete`); a partly trained run resumes from its checkpoint, and its end-to-end time
 is then left out (it is not one process's). ``--again S`` trains seed ``S`` anew on this machine,
-its earlier runs moved to ``seed<S>/earlier/<n>/``: the rows of a seed are compared with each
-other, so they belong on one machine.
+its earlier runs (every row) moved once to ``seed<S>/earlier/<n>/`` (:func:`start_again`): the
+rows of a seed are compared with each other, so they belong on one machine.
 
 Re-timing, by a rule fixed before the runs: a run during which other processes used more than
 :data:`RETIME_OTHER_CORES` cores on average (``bench_run.json``'s ``other_cores``, which counts
@@ -65,7 +65,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.algorithms import COMMON, Entry, measure_run, run_recipe, seed_overrides  # noqa: E402
+from bench.algorithms import COMMON, Entry, measure_run, run_recipe, seed_overrides, train_args  # noqa: E402
 from tools.plot_run import load  # noqa: E402
 
 #: Held-out test questions evaluated (the first of the 7,673), every TEST_EVERY steps and at the end.
@@ -227,20 +227,17 @@ def warm_start_fingerprint(run_dir: Path) -> dict:
     return {}
 
 
-def set_aside(seed_dir: Path, recipe: str, folder: str) -> Path | None:
-    """Move the run of ``recipe`` (with its side files and its re-timing) into
-    ``seed_dir/<folder>/<n>/`` (the first free ``n``), so that the benchmark trains it again;
-    returns where it went, or None when there is no such run."""
+def set_aside(seed_dir: Path, recipe: str, dest: Path) -> Path | None:
+    """Move the run of ``recipe`` (with its side files, its re-timing and the re-timing's side
+    files) into the folder ``dest``, so that the benchmark trains it again; returns ``dest``, or
+    None when there is no such run."""
     run_dir = seed_dir / recipe
     if not run_dir.exists():
         return None
-    n = 1
-    while (seed_dir / folder / str(n) / recipe).exists():
-        n += 1
-    dest = seed_dir / folder / str(n)
     dest.mkdir(parents=True, exist_ok=True)
-    for path in [run_dir, seed_dir / "retime" / recipe,
-                 *(seed_dir / f"{recipe}{suffix}" for suffix in (".args.json", ".bench_run.json", ".log"))]:
+    suffixes = (".args.json", ".bench_run.json", ".log")
+    for path in [run_dir, seed_dir / "retime" / recipe, *(seed_dir / f"{recipe}{suffix}" for suffix in suffixes),
+                 *(seed_dir / "retime" / f"{recipe}{suffix}" for suffix in suffixes)]:
         if path.exists():
             target = dest / ("retime-" + path.name if path.parent.name == "retime" else path.name)
             path.rename(target)
@@ -248,29 +245,63 @@ def set_aside(seed_dir: Path, recipe: str, folder: str) -> Path | None:
 
 
 def set_aside_other_warm_start(seed_dir: Path, recipe: str, reference: dict) -> Path | None:
-    """Set aside (:func:`set_aside`, into ``other_warm_start``) a run of ``recipe`` that started
-    from another warm start than ``reference``; returns where it went, or None (no such run, or the
-    same start)."""
+    """Set aside (:func:`set_aside`, into ``other_warm_start/<n>/``, the first ``n`` without such a
+    run) a run of ``recipe`` that started from another warm start than ``reference``; returns where
+    it went, or None (no such run, or the same start)."""
     found = warm_start_fingerprint(seed_dir / recipe)
     if not found or not reference or found == reference:
         return None
-    return set_aside(seed_dir, recipe, "other_warm_start")
+    n = 1
+    while (seed_dir / "other_warm_start" / str(n) / recipe).exists():
+        n += 1
+    return set_aside(seed_dir, recipe, seed_dir / "other_warm_start" / str(n))
 
 
-def seed_complete(seed_dir: Path, rows: list[Row]) -> bool:
-    """Whether every row of the seed finished from the same warm start as the seed's GRPO run and
-    none waits for its re-timing: then the seed is not touched again (its warm start is not
-    rebuilt; a rebuild on another machine can differ, and would send every row to run again)."""
+def seed_complete(seed_dir: Path, rows: list[Row], overrides: list[str], *, threads: int) -> bool:
+    """Whether every row of the seed finished, with the arguments this benchmark would give it
+    (``overrides``, ``threads``; where the runs were written does not count), from the same warm
+    start as the seed's GRPO run, and none waits for its re-timing: then the seed is not touched
+    again (its warm start is not rebuilt; a rebuild on another machine can differ, and would send
+    every row to run again)."""
+
+    def settings(args: list[str]) -> list[str]:
+        return [a for a in args if not a.startswith("logging.output_dir=")]
+
     base = warm_start_fingerprint(seed_dir / BY_LABEL[BASE].recipe)
     for row in rows:
         run_dir = seed_dir / row.recipe
         if not (run_dir / "FINISHED").exists() or not base or warm_start_fingerprint(run_dir) != base:
+            return False
+        args_path = seed_dir / f"{row.recipe}.args.json"
+        stored = json.loads(args_path.read_text()) if args_path.exists() else None
+        if stored is None or settings(stored) != settings(train_args(row.recipe, seed_dir, overrides, threads=threads)):
             return False
         info_path = seed_dir / f"{row.recipe}.bench_run.json"
         info = json.loads(info_path.read_text()) if info_path.exists() else {}
         if disturbed(info) and not (seed_dir / "retime" / row.recipe / "VERIFIED").exists():
             return False
     return True
+
+
+def start_again(seed_dir: Path) -> None:
+    """``--again``: move every run of the seed (all rows, whatever ``--rows`` selects: a seed's rows
+    are compared with each other and belong on one machine) to ``seed_dir/earlier/<n>/``, once: the
+    move writes ``seed_dir/again.json``, and while it exists a repeated ``--again`` (an interrupted
+    benchmark started again with the same command) moves nothing and continues the new runs."""
+    marker = seed_dir / "again.json"
+    if marker.exists():
+        print(f"{seed_dir.name}: --again: the earlier runs were moved already ({marker}); "
+              f"continuing the new ones (delete {marker.name} to move them too)", flush=True)
+        return
+    n = 1
+    while (seed_dir / "earlier" / str(n)).exists():
+        n += 1
+    moved = [row.label for row in ROWS if set_aside(seed_dir, row.recipe, seed_dir / "earlier" / str(n)) is not None]
+    seed_dir.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps({"moved_to": f"earlier/{n}", "rows": moved, "commit": commit_of(REPO),
+                                  "host": os.uname().nodename, "time": time.time()}, indent=1) + "\n")
+    print(f"{seed_dir.name}: --again: {', '.join(moved) or 'no run'} moved to {seed_dir / 'earlier' / str(n)}",
+          flush=True)
 
 
 def retime(row: Row, seed_dir: Path, overrides: list[str], *, threads: int, timeout: float) -> Path:
@@ -503,9 +534,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--report-only", action="store_true", help="only rebuild the report from finished runs")
     p.add_argument("--retime", help="comma-separated SEED:ROW runs to train again for their times only "
                    "(e.g. 1:grpo, a run other work on the machine slowed down); checked to compute the same values")
-    p.add_argument("--again", default="", help="comma-separated seeds whose finished runs are moved to "
+    p.add_argument("--again", default="", help="comma-separated seeds whose runs (every row) are moved once to "
                    "seed<S>/earlier/<n>/ and trained again, all on this machine (e.g. rows of one seed that ran on "
-                   "two machines)")
+                   "two machines); repeating the command continues the new runs (seed<S>/again.json)")
     p.add_argument("overrides", nargs="*", help="extra dotted key=value overrides for every run")
     args = p.parse_args(argv)
     if args.seeds < 1:
@@ -516,6 +547,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if not all(x.isdigit() and 1 <= int(x) <= args.seeds for x in args.again.split(",") if x):
         p.error(f"--again takes comma-separated seeds among 1..{args.seeds}, got {args.again!r}")
     args.again = {int(x) for x in args.again.split(",") if x}
+    if args.again and args.report_only:
+        p.error("--again trains seeds anew; --report-only trains nothing: give one of them")
     args.retime_runs = []
     for item in (args.retime or "").split(","):
         if not item:
@@ -538,12 +571,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.report_only:
         for s in seeds:
             seed_dir = args.out / f"seed{s}"
+            seed_args = [*overrides, *seed_overrides(s)]
             if s in args.again:
-                for label in orders[s]:
-                    moved = set_aside(seed_dir, BY_LABEL[label].recipe, "earlier")
-                    if moved is not None:
-                        print(f"seed {s}: {label} moved to {moved} (--again), to run again", flush=True)
-            elif seed_complete(seed_dir, rows):
+                start_again(seed_dir)
+            elif seed_complete(seed_dir, rows, seed_args, threads=args.threads):
                 print(f"seed {s}: every row finished from one warm start: nothing to run", flush=True)
                 continue
             print(f"seed {s}: {', '.join(orders[s])}", flush=True)

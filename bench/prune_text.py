@@ -17,7 +17,8 @@ distribution of the seed similarities (quantiles, and the share at or above the 
 the reference rule prunes), split into zero-advantage and non-zero buckets, and ``--pairs`` pruned
 rollouts side by side with their seeds. For runs of an MDAP recipe with reference semantics, the
 recomputed decision (member kept iff ``J < threshold``) is checked against the logged Phase-1 mask
-on every rollout: a mismatch is an error (the log or the analysis is wrong).
+on every rollout a rule decided (also with ``pruning.apply=false``; not on a short DAPO step, where
+none ran): a mismatch is an error (the log or the analysis is wrong).
 
     python bench/prune_text.py runs/smollm2_135m_fastrl_grpo_wordarith_vllm_cpu --pairs 5
 """
@@ -99,13 +100,15 @@ def check_reference_decisions(members: list[Member], records: list[dict], thresh
     """
     member_ids = {id(m.member) for m in members}
     for m in members:
+        if m.member["phase1_kept"] is None:  # no rule ran at this step (a short DAPO batch)
+            continue
         if m.member["phase1_kept"] != (m.jaccard < threshold):
             raise ValueError(
                 f"step {m.step}, group {m.group}: logged phase1_kept={m.member['phase1_kept']} but "
                 f"J(member, seed)={m.jaccard:.4f} against threshold {threshold}"
             )
     for rec in records:
-        if id(rec) not in member_ids and not rec["phase1_kept"]:
+        if id(rec) not in member_ids and rec["phase1_kept"] is False:
             raise ValueError(f"step {rec['step']}, group {rec['group']}: a bucket seed was logged as pruned by Phase 1")
 
 
@@ -121,24 +124,25 @@ def analyze(run_dir: Path, *, semantics: str | None = None, ngram: int | None = 
     """The report's numbers for one run (settings default to the run's, ``rollouts/pruning.json``)."""
     pc = read_pruning(run_dir)
     semantics = semantics or pc["semantics"]
-    ngram = ngram or pc["ngram"]
+    ngram = pc["ngram"] if ngram is None else ngram
     threshold = pc["similarity_threshold"] if threshold is None else threshold
     records = read_rollouts(run_dir)
     members, counts = bucket_members(records, semantics=semantics, ngram=ngram,
                                      adv_tolerance=pc["adv_tolerance"])
     # the logged mask is MDAP's reference rule on exact similarities with these very settings
-    # (pruning.apply=false logs every rollout as kept)
-    checked = (pc["method"] in MDAP_RULE_METHODS and pc["apply"] and pc["semantics"] == semantics == "reference"
+    checked = (pc["method"] in MDAP_RULE_METHODS and pc["semantics"] == semantics == "reference"
                and ngram == pc["ngram"] and threshold == pc["similarity_threshold"] and pc["similarity_mode"] == "exact")
     if checked:
         check_reference_decisions(members, records, threshold)
+    ruled = [r for r in records if r["phase1_kept"] is not None]
     zero = [m.jaccard for m in members if m.advantage == 0.0]
     nonzero = [m.jaccard for m in members if m.advantage != 0.0]
     every = zero + nonzero
     return {
         "run": str(run_dir), "method": pc["method"], "semantics": semantics, "ngram": ngram, "threshold": threshold,
         "steps": sorted({r["step"] for r in records}), **counts,
-        "phase1_kept_fraction": sum(r["phase1_kept"] for r in records) / max(len(records), 1),
+        "phase1_kept_fraction": sum(bool(r["phase1_kept"]) for r in ruled) / max(len(ruled), 1),
+        "rollouts_without_rule": len(records) - len(ruled),
         "kept_fraction": sum(r["kept"] for r in records) / max(len(records), 1),
         "members": len(members), "members_zero_advantage": len(zero),
         "similarity": quantiles(every), "similarity_zero_advantage": quantiles(zero),
@@ -166,7 +170,8 @@ def markdown(report: dict, pairs: int) -> str:
         "| | |",
         "| --- | --- |",
         f"| rollouts | {report['rollouts']} (mean response {report['response_tokens_mean']:.1f} tokens) |",
-        f"| kept by Phase 1 / in the end | {report['phase1_kept_fraction']:.3f} / {report['kept_fraction']:.3f} |",
+        f"| chosen by the selection rule / trained | {report['phase1_kept_fraction']:.3f} / {report['kept_fraction']:.3f} "
+        f"({report['rollouts_without_rule']} rollouts of steps where no rule ran) |",
         f"| advantage buckets (size: count) | {report['buckets']} ({sizes}) |",
         f"| members compared with a seed | {report['members']} ({report['members_zero_advantage']} with advantage 0) |",
         f"| J(member, seed) p10 / p25 / p50 / p75 / p90 | {_q(report['similarity'])} |",
@@ -197,6 +202,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pairs", type=int, default=4, help="pruned pairs to show side by side")
     p.add_argument("--json", type=Path, help="also write the numbers here")
     args = p.parse_args(argv)
+    if args.ngram is not None and args.ngram < 1:
+        p.error(f"--ngram must be >= 1, got {args.ngram}")
+    if args.threshold is not None and not 0.0 <= args.threshold <= 1.0:
+        p.error(f"--threshold must be in [0, 1], got {args.threshold}")
+    if args.pairs < 0:
+        p.error(f"--pairs must be >= 0, got {args.pairs}")
     report = analyze(args.run_dir, semantics=args.semantics, ngram=args.ngram, threshold=args.threshold)
     print(markdown(report, args.pairs))
     if args.json:

@@ -31,7 +31,7 @@ from fastrl.distributed import world
 from fastrl.training.generation import group_size, sleep_engine
 from fastrl.training.metrics import MetricsLogger, supersede_records_after
 from fastrl.training.parts import RunParts, total_steps
-from fastrl.training.rollout_log import rollouts_path, write_rollouts, writes_rollouts
+from fastrl.training.rollout_log import rollout_files, write_rollouts
 from fastrl.training.step import train_step
 from fastrl.training.update_phase import refit, release_cached_memory
 from fastrl.training.validation import ValidationStopped, validate_policy
@@ -153,8 +153,8 @@ def run_loop(run: RunParts, state: TrainState, stop: "StopRequest") -> dict[str,
     resumed = resume(run, state, io)
     if not cfg.trainer.val_only:
         failed: Exception | None = None
-        own = ([run.run_dir / "metrics.jsonl"] if ctx.is_logging_rank else []) + (
-            [rollouts_path(run.run_dir, ctx.dp_rank)] if writes_rollouts(ctx) else [])
+        # rank 0 sets aside every rank's records (also of DP ranks a resume at a smaller DP size lacks)
+        own = [run.run_dir / "metrics.jsonl", *rollout_files(run.run_dir)] if ctx.is_logging_rank else []
         try:
             for path in own:
                 moved, superseded = supersede_records_after(path, state.step)
@@ -227,7 +227,7 @@ def run_loop(run: RunParts, state: TrainState, stop: "StopRequest") -> dict[str,
         state.step += 1
         stage_steps += 1
         out = train_step(run, state, state.step)
-        if out.rollouts and writes_rollouts(ctx):
+        if out.rollouts:
             write_rollouts(run.run_dir, ctx.dp_rank, list(out.rollouts), pruning=dataclasses.asdict(cfg.pruning))
         m = dict(out.metrics)
         m.update({f"time/{k}": v for k, v in run.timer.pop().items()})

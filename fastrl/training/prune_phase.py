@@ -44,6 +44,9 @@ class Selection:
         padding: zero-weight rows the re-partition adds (a short DAPO batch).
         ars_counts / selected_fraction: with ``pruning.apply=false``, the pruner's kept count per
             group and kept fraction (every rollout trains); None otherwise.
+        selection: bool [N], the selection rule's own Phase-1 mask (also with ``pruning.apply=false``,
+            where every rollout trains); None where no rule ran (a batch shorter than one
+            micro-batch per rank).
     """
 
     result: PruneResult
@@ -51,6 +54,7 @@ class Selection:
     padding: int = 0
     ars_counts: dict[int, int] | None = None
     selected_fraction: float | None = None
+    selection: torch.Tensor | None = None
 
     @property
     def keep(self) -> torch.Tensor:
@@ -68,6 +72,7 @@ class PruneOutcome:
         padding: zero-weight rows added at the re-partition so that a kept set smaller than
             ``dp_size x micro_batch_size`` (a short DAPO batch) fills one micro-batch per DP rank
             (:func:`~fastrl.training.geometry.fit_to_micro_batches`); 0 otherwise.
+        selection: bool [N], the selection rule's Phase-1 mask (:attr:`Selection.selection`), or None.
     """
 
     dp: DPPruneOutcome
@@ -75,6 +80,7 @@ class PruneOutcome:
     weights: torch.Tensor | None
     padding: int = 0
     ars_counts: dict[int, int] | None = None
+    selection: torch.Tensor | None = None
 
     @property
     def kept_per_group(self) -> dict[int, int]:
@@ -108,19 +114,21 @@ def prune(
         resp = g.responses
         if resp is None:
             resp = ResponseSketch.from_tensors(g.signatures, g.response_lengths, ngram=pc.ngram, seed=0)
-        counts, selected = None, None
+        counts, selected, rule = None, None, None
         if len(g) < whole:  # shorter than one micro-batch per rank (DAPO): keep all, pad
             lengths = g.response_lengths if g.responses is None else torch.tensor([int(r.numel()) for r in resp])
             result = keep_all(g.group_ids, lengths)
         else:
             mult = whole if len(g) < multiple else multiple  # a short batch (DAPO): whole micro-batches
             result = select_rollouts(pc, g.advantages.float(), g.group_ids, resp, multiple=mult, generator=generator)
+            rule = result.phase1_keep
             if not pc.apply:  # statistics only (ARS-only ablation): every rollout trains
                 counts, selected = dict(result.kept_per_group), result.num_kept / max(len(g), 1)
                 result = keep_all(g.group_ids, torch.as_tensor(
                     [int(r.numel()) for r in resp] if g.responses is not None else g.response_lengths))
         result, dropped, padding = fit_to_micro_batches(result, g.advantages, g.group_ids, whole)
-        return Selection(result, dropped=dropped, padding=padding, ars_counts=counts, selected_fraction=selected)
+        return Selection(result, dropped=dropped, padding=padding, ars_counts=counts, selected_fraction=selected,
+                         selection=rule)
 
     outcome = dp_global_prune(local, select)
     chosen: Selection = outcome.result
@@ -157,7 +165,7 @@ def prune(
     m["prune/kept_advantage_mean"] = float(kept_adv.mean())
     if result.kept_tokens is not None:
         m["prune/kept_response_length_mean"] = result.kept_tokens / max(result.num_kept, 1)
-    return PruneOutcome(outcome, result, weights, padding, chosen.ars_counts), m
+    return PruneOutcome(outcome, result, weights, padding, chosen.ars_counts, chosen.selection), m
 
 
 def repartition_kept(batch: PolicyBatch, outcome: PruneOutcome) -> tuple[PolicyBatch, Metrics]:

@@ -1,15 +1,19 @@
 """Every rollout of a step as JSON lines, with what pruning decided for it (``logging.rollouts_every``).
 
 The records are what an analysis of the pruner needs and the metrics cannot show: the prompt and
-response texts, the response token ids the pruner compared, the reward and advantage, and whether
-Phase 1 (the selection rule) and the final mask (after the refill and the trim to whole
-micro-batches) kept the rollout. ``bench/prune_text.py`` reads them and recomputes MDAP's advantage
+response texts, the response token ids the pruner compared, the reward and advantage, whether the
+selection rule (Phase 1) chose the rollout (``phase1_kept``; also with ``pruning.apply=false``,
+where every rollout trains; null on a step where no rule ran: a DAPO batch shorter than one
+micro-batch per rank), and whether it trained (``kept``: the final mask, after the refill and the
+trim to whole micro-batches). ``bench/prune_text.py`` reads them and recomputes MDAP's advantage
 buckets and similarities from the token ids.
 
 Each data-parallel rank writes its own rollouts (the first rank of its model-parallel group) to
 ``<run dir>/rollouts/dp<rank>.jsonl``, one line per rollout, appended step after step, and the
 run's ``pruning`` settings beside them (``pruning.json``). A resumed run first moves the records of
 the steps it trains again to ``dp<rank>.superseded.jsonl``, as it does for ``metrics.jsonl``.
+The first rank of each model-parallel group builds and writes them (the group's ranks hold the
+same rollouts).
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ def rollout_records(step: int, scored: AdvantagedRollouts, outcome: PruneOutcome
     Keys: ``step``, ``dp_rank``, ``group`` (global prompt id), ``prompt`` (the chat-formatted text),
     ``response`` (decoded, without special tokens), ``response_token_ids``, ``finish_reason``,
     ``reward``, ``accuracy``, ``valid``, ``advantage`` (before any pruning weight), ``weight`` (the
-    pruning importance weight, 1.0 without one), ``phase1_kept`` and ``kept`` (bools).
+    pruning importance weight, 1.0 without one), ``phase1_kept`` (the selection rule's choice, None
+    where no rule ran) and ``kept`` (trained).
 
     Raises:
         ValueError: the outcome does not describe ``len(scored)`` rollouts of ``dp_rank``.
@@ -46,7 +51,7 @@ def rollout_records(step: int, scored: AdvantagedRollouts, outcome: PruneOutcome
             f"step {step}: the pruning outcome holds {int(mine.sum())} rollouts of DP rank {dp_rank}, "
             f"the rank scored {len(scored)}"
         )
-    phase1 = outcome.result.phase1_keep[mine]
+    phase1 = outcome.selection[mine].tolist() if outcome.selection is not None else [None] * len(scored)
     kept = outcome.dp.keep_local
     weights = outcome.weights[mine] if outcome.weights is not None else torch.ones(len(scored))
     r = scored.rollouts
@@ -57,7 +62,7 @@ def rollout_records(step: int, scored: AdvantagedRollouts, outcome: PruneOutcome
             "response_token_ids": [int(t) for t in r.response_token_ids[i]], "finish_reason": r.finish_reasons[i],
             "reward": float(scored.rewards[i]), "accuracy": float(scored.accuracy[i]), "valid": bool(scored.valid[i]),
             "advantage": float(scored.advantages[i]), "weight": float(weights[i]),
-            "phase1_kept": bool(phase1[i]), "kept": bool(kept[i]),
+            "phase1_kept": phase1[i], "kept": bool(kept[i]),
         }
         for i in range(len(scored))
     ]
@@ -70,9 +75,17 @@ def writes_rollouts(ctx) -> bool:
 
 
 def rollouts_path(run_dir: Path, dp_rank: int) -> Path:
-    """``run_dir/rollouts/dp<dp_rank>.jsonl``. A resumed run moves the records of the steps it trains
-    again out of it (``fastrl.training.metrics.supersede_records_after``, as for ``metrics.jsonl``)."""
+    """``run_dir/rollouts/dp<dp_rank>.jsonl``."""
     return Path(run_dir) / "rollouts" / f"dp{dp_rank}.jsonl"
+
+
+def rollout_files(run_dir: Path) -> list[Path]:
+    """Every ``run_dir/rollouts/dp<rank>.jsonl``, in rank order (not ``dp<rank>.superseded.jsonl``).
+    A resumed run moves the records of the steps it trains again out of each of them (rank 0, with
+    ``fastrl.training.metrics.supersede_records_after``, as for ``metrics.jsonl``; also the files of
+    DP ranks that a resume at a smaller DP size no longer has)."""
+    found = [p for p in (Path(run_dir) / "rollouts").glob("dp*.jsonl") if p.stem[2:].isdigit()]
+    return sorted(found, key=lambda p: int(p.stem[2:]))
 
 
 def write_rollouts(run_dir: Path, dp_rank: int, records: list[dict], *, pruning: dict) -> Path:
@@ -107,8 +120,7 @@ def read_rollouts(run_dir: Path) -> list[dict]:
         FileNotFoundError: the run wrote none (``logging.rollouts_every`` was 0).
         ValueError: a line is not JSON (names the file and line).
     """
-    files = sorted((p for p in (Path(run_dir) / "rollouts").glob("dp*.jsonl") if p.stem[2:].isdigit()),
-                   key=lambda p: int(p.stem[2:]))  # not dp<rank>.superseded.jsonl
+    files = rollout_files(run_dir)
     if not files:
         raise FileNotFoundError(f"{Path(run_dir) / 'rollouts'} holds no dp<rank>.jsonl: train with logging.rollouts_every=K")
     out = []

@@ -34,7 +34,7 @@ from fastrl.training.prompt_skip import record_rewards, skip_prompts
 from fastrl.training.prune_phase import prune, repartition_kept
 from fastrl.training.refit_verify import check_rollout_mismatch
 from fastrl.training.rollout_batch import AdvantagedRollouts, ScoredRollouts, sequence_multiple, to_policy_batch
-from fastrl.training.rollout_log import due, rollout_records
+from fastrl.training.rollout_log import due, rollout_records, writes_rollouts
 from fastrl.training.scoring import compute_advantages, dynamic_sampling, kl_in_reward, score
 from fastrl.training.seeds import derive_seed
 from fastrl.training.update_phase import add_log_probs, refit, release_cached_memory, update_policy
@@ -53,8 +53,9 @@ class StepOutput:
     Attributes:
         metrics: every phase's metrics (times are added by the loop).
         epochs_completed: data epochs the prompt sampler finished during the step.
-        rollouts: this rank's rollouts with the pruning decision (:func:`~fastrl.training.rollout_log.rollout_records`)
-            on the steps ``logging.rollouts_every`` asks for, for the loop to write; empty otherwise.
+        rollouts: this DP rank's rollouts with the pruning decision (:func:`~fastrl.training.rollout_log.rollout_records`)
+            on the steps ``logging.rollouts_every`` asks for, on the rank that writes them (the first of
+            its model-parallel group), for the loop to write; empty otherwise.
     """
 
     metrics: dict[str, float]
@@ -138,8 +139,8 @@ def train_step(run: RunParts, state: TrainState, step: int) -> StepOutput:
         m.update(metrics)
         batch, metrics = repartition_kept(batch, outcome)                    # refill, re-partition over DP
         m.update(metrics)
-    logged = tuple(rollout_records(step, advantaged, outcome, dp_rank=ctx.dp_rank)) if due(
-        cfg.logging.rollouts_every, step) else ()
+    logged = tuple(rollout_records(step, advantaged, outcome, dp_rank=ctx.dp_rank)) if (
+        due(cfg.logging.rollouts_every, step) and writes_rollouts(ctx)) else ()
     if not early:                                                            # 8. old/ref on kept rows
         batch, metrics = add_log_probs(
             batch, run.actor, run.reference, micro_batch_size=mbs, phase=timer.phase, micro_batch_tokens=lp_tokens

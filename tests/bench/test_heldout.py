@@ -172,13 +172,22 @@ def test_a_run_from_another_build_of_the_warm_start_is_set_aside_to_run_again(tm
     assert set_aside_other_warm_start(tmp_path, "missing", reference) is None
 
 
-def _finished_run(seed_dir, recipe, acc, other_cores=0.0):
+def _args(seed_dir, recipe, seed=1, threads=2):
+    """What bench/heldout.py's main gives ``python -m fastrl.train`` for a row of ``seed``."""
+    from bench.algorithms import COMMON, seed_overrides, train_args
+    from bench.heldout import OVERRIDES
+
+    return train_args(recipe, seed_dir, [*COMMON, *OVERRIDES, *seed_overrides(seed)], threads=threads)
+
+
+def _finished_run(seed_dir, recipe, acc, other_cores=0.0, seed=1):
     d = seed_dir / recipe
     d.mkdir(parents=True)
     start = {"step": 0, "kind": "start", "warm_start/sft_color_acc": acc, "warm_start/seconds": 9.0}
     (d / "metrics.jsonl").write_text(json.dumps(start) + "\n")
     (d / "FINISHED").write_text("")
     (seed_dir / f"{recipe}.bench_run.json").write_text(json.dumps({"other_cores": other_cores}))
+    (seed_dir / f"{recipe}.args.json").write_text(json.dumps(_args(seed_dir, recipe, seed)))
     return d
 
 
@@ -186,45 +195,68 @@ def test_a_complete_seed_is_not_touched_again_and_an_incomplete_one_is(tmp_path)
     # Breakage caught: a later session rebuilding a finished seed's warm start (on another machine
     # it can differ) and so training all of its rows again; or a seed skipped although a row is
     # missing, started from another build, or still waits for its re-timing.
-    from bench.heldout import seed_complete
+    from bench.algorithms import COMMON, seed_overrides
+    from bench.heldout import OVERRIDES, seed_complete
+
+    def complete(threads=2):
+        return seed_complete(tmp_path, rows, [*COMMON, *OVERRIDES, *seed_overrides(1)], threads=threads)
 
     rows = [BY_LABEL["grpo"], BY_LABEL["fastrl_grpo"]]
     _finished_run(tmp_path, rows[0].recipe, 0.917)
-    assert not seed_complete(tmp_path, rows)  # a row missing
+    assert not complete()  # a row missing
     fastrl = _finished_run(tmp_path, rows[1].recipe, 0.917)
-    assert seed_complete(tmp_path, rows)
+    assert complete()
+    assert not complete(threads=1)  # trained with other settings (e.g. a --steps 4 smoke run)
+    moved_elsewhere = [a.replace(str(tmp_path), "/elsewhere") for a in _args(tmp_path, rows[1].recipe)]
+    (tmp_path / f"{rows[1].recipe}.args.json").write_text(json.dumps(moved_elsewhere))
+    assert complete()  # where the runs were written does not count
     (fastrl / "metrics.jsonl").write_text(json.dumps({"step": 0, "kind": "start", "warm_start/sft_color_acc": 0.933}))
-    assert not seed_complete(tmp_path, rows)  # another build of the warm start
+    assert not complete()  # another build of the warm start
     (fastrl / "metrics.jsonl").write_text(json.dumps({"step": 0, "kind": "start", "warm_start/sft_color_acc": 0.917}))
     (tmp_path / f"{rows[1].recipe}.bench_run.json").write_text(json.dumps({"other_cores": 0.5}))
-    assert not seed_complete(tmp_path, rows)  # disturbed, not yet re-timed
+    assert not complete()  # disturbed, not yet re-timed
     (tmp_path / "retime" / rows[1].recipe).mkdir(parents=True)
     (tmp_path / "retime" / rows[1].recipe / "VERIFIED").write_text("")
-    assert seed_complete(tmp_path, rows)
+    assert complete()
 
 
 def test_again_moves_every_run_of_the_seed_aside_before_training(tmp_path, monkeypatch):
     # Breakage caught: --again accepted and ignored (the seed's old runs reused), or runs deleted
     # instead of kept aside; a complete seed not named by --again is skipped without a warm start.
     import bench.heldout as heldout
+    from bench.heldout import warm_start_fingerprint
 
     calls = []
     monkeypatch.setattr(heldout, "build_warm_start", lambda seed_dir, *a, **k: calls.append(("warm", seed_dir.name)))
 
     def run_one(row, seed_dir, *args, **kwargs):
         calls.append(("run", seed_dir.name, row.label))
-        _finished_run(seed_dir, row.recipe, 0.95)
+        if not (seed_dir / row.recipe / "FINISHED").exists():  # run_recipe reuses a finished run
+            _finished_run(seed_dir, row.recipe, 0.95, seed=2)
 
     monkeypatch.setattr(heldout, "run_one", run_one)
     monkeypatch.setattr(heldout, "measure", lambda run_dir: {})
     for seed in (1, 2):
-        for label in ("grpo", "fastrl_grpo"):
-            _finished_run(tmp_path / f"seed{seed}", BY_LABEL[label].recipe, 0.9)
+        for label in ("grpo", "fastrl_grpo", "cppo_grpo"):
+            _finished_run(tmp_path / f"seed{seed}", BY_LABEL[label].recipe, 0.9, seed=seed)
+    (tmp_path / "seed2" / "retime").mkdir()
+    (tmp_path / "seed2" / "retime" / f"{BY_LABEL['grpo'].recipe}.log").write_text("")
     monkeypatch.setattr(heldout, "summarize", lambda per_seed, rows: [])
     monkeypatch.setattr(heldout, "markdown", lambda summary, per_seed: "")
-    heldout.main(["--seeds", "2", "--rows", "grpo,fastrl_grpo", "--again", "2", "--out", str(tmp_path)])
+    command = ["--seeds", "2", "--rows", "grpo,fastrl_grpo", "--again", "2", "--out", str(tmp_path)]
+    heldout.main(command)
     assert calls == [("warm", "seed2"), ("run", "seed2", "grpo"), ("run", "seed2", "fastrl_grpo")]
+    # every row of the seed moves, the one --rows leaves out too, with the re-timing's side files
+    recipes = [BY_LABEL[label].recipe for label in ("grpo", "fastrl_grpo", "cppo_grpo")]
     assert sorted(p.name for p in (tmp_path / "seed2" / "earlier" / "1").iterdir()) == sorted(
-        f"{BY_LABEL[label].recipe}{suffix}" for label in ("grpo", "fastrl_grpo") for suffix in ("", ".bench_run.json"))
-    with pytest.raises(SystemExit):
-        heldout.main(["--seeds", "2", "--again", "3", "--out", str(tmp_path)])
+        [f"{r}{suffix}" for r in recipes for suffix in ("", ".args.json", ".bench_run.json")]
+        + [f"retime-{recipes[0]}.log"])
+    # the same command again (an interrupted benchmark started anew) keeps the new runs
+    calls.clear()
+    heldout.main(command)
+    assert calls == [("warm", "seed2"), ("run", "seed2", "grpo"), ("run", "seed2", "fastrl_grpo")]
+    assert not (tmp_path / "seed2" / "earlier" / "2").exists()
+    assert warm_start_fingerprint(tmp_path / "seed2" / BY_LABEL["grpo"].recipe) == {"warm_start/sft_color_acc": 0.95}
+    for bad in (["--again", "3"], ["--again", "2", "--report-only"]):
+        with pytest.raises(SystemExit):
+            heldout.main(["--seeds", "2", *bad, "--out", str(tmp_path)])

@@ -79,6 +79,30 @@ def test_records_carry_the_pruners_decision_row_by_row(tmp_path):
         rollout_records(3, scored, outcome, dp_rank=1)
 
 
+def test_a_dp_rank_logs_its_own_slice_of_the_gathered_decision():
+    # Breakage caught: rank 1 logging rank 0's part of the global masks or weights (the first rows
+    # instead of the rows it owns), or a step where no selection rule ran logged as chosen.
+    from fastrl.distributed.dp_pruning import DPPruneOutcome, GlobalPruningInputs
+    from fastrl.training.prune_phase import PruneOutcome
+
+    owners = torch.tensor([0] * 8 + [1] * 8)
+    selection = torch.tensor([True] * 8 + [True, False, True, False, False, True, True, False])
+    keep = torch.tensor([True] * 8 + [True, True, True, False, False, True, True, False])
+    weights = torch.arange(16, dtype=torch.float32)
+    inputs = GlobalPruningInputs(
+        group_ids=torch.arange(16) // 4, advantages=torch.zeros(16), lengths=torch.ones(16, dtype=torch.long),
+        owners=owners, local_index=torch.arange(16) % 8, responses=None, signatures=None, response_lengths=None,
+    )
+    dp = DPPruneOutcome(result=None, keep=keep, inputs=inputs, keep_local=keep[owners == 1])
+    outcome = PruneOutcome(dp, None, weights, selection=selection)
+    records = rollout_records(5, _advantaged(), outcome, dp_rank=1)
+    assert [r["phase1_kept"] for r in records] == selection[8:].tolist()
+    assert [r["kept"] for r in records] == keep[8:].tolist()
+    assert [r["weight"] for r in records] == list(range(8, 16))
+    short = rollout_records(5, _advantaged(), dataclasses.replace(outcome, selection=None), dp_rank=1)
+    assert [r["phase1_kept"] for r in short] == [None] * 8  # a short DAPO batch: no rule decided
+
+
 def test_written_records_read_back_and_a_resumed_run_sets_aside_the_steps_it_trains_again(tmp_path):
     # Breakage caught: a resumed run's repeated step counted twice, or ranks read out of order.
     from fastrl.training.metrics import supersede_records_after
@@ -123,3 +147,22 @@ def test_the_analysis_recomputes_the_pruners_buckets_similarities_and_decisions(
         analyze(tmp_path)
     report = analyze(tmp_path, threshold=0.5)  # another threshold than the run's: numbers, no check
     assert not report["decisions_checked"] and report["at_or_above_threshold"] == pytest.approx(2 / 5)
+    # a step where no rule ran (a short DAPO batch: every rollout trains) is not checked
+    for r in records:
+        r["phase1_kept"] = None
+    (tmp_path / "rollouts" / "dp0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    report = analyze(tmp_path)
+    assert report["decisions_checked"] and report["rollouts_without_rule"] == 8
+
+
+def test_pruning_apply_false_logs_the_rules_choice_although_every_rollout_trains(tmp_path):
+    # Breakage caught: the ARS-only ablation (pruning.apply=false) logging its keep-all mask as the
+    # selection, which the analysis would then report as a kept fraction of 1.
+    cfg = get_recipe("easyvqa_tiny_fastrl_grpo_cpu")
+    cfg = dataclasses.replace(cfg, pruning=dataclasses.replace(cfg.pruning, apply=False))
+    scored, outcome = _pruned(cfg)
+    records = rollout_records(3, scored, outcome, dp_rank=0)
+    assert all(r["kept"] for r in records)
+    assert [r["phase1_kept"] for r in records] == [True, False, True, True, True, False, True, True]
+    write_rollouts(tmp_path, 0, records, pruning=dataclasses.asdict(cfg.pruning))
+    assert analyze(tmp_path)["decisions_checked"] and analyze(tmp_path)["phase1_kept_fraction"] == 6 / 8
