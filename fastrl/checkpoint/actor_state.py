@@ -85,12 +85,27 @@ def load_model_state(chunks: Sequence[Any], loaded: dict[str, Any]) -> None:
             m.load_state_dict(loaded[f"model{i}"])
 
 
-def save_actor(chunks: Sequence[Any], optimizer: Any, actor_dir: Path, *, optimizer_format: str) -> None:
-    """Write ``actor/`` (``optimizer=None``: the model only). Collective."""
+def save_actor(
+    chunks: Sequence[Any], optimizer: Any, actor_dir: Path, *, optimizer_format: str, parallel_group: Any = None,
+) -> None:
+    """Write ``actor/`` (``optimizer=None``: the model only). Collective.
+
+    ``parallel_group``: the data-parallel process group over which megatron-core's
+    ``FullyParallelSaveStrategyWrapper`` spreads the writing of replicated tensors (each rank writes
+    about an equal share; only metadata is exchanged); None, or a group of one rank, uses the
+    default strategy, under which the first rank of each replica group writes every replicated tensor.
+    """
     from fastrl.compat import dist_checkpointing
 
+    module = dist_checkpointing()
     state = sharded_state_dict(chunks, optimizer, is_loading=False, optimizer_format=optimizer_format)
-    dist_checkpointing().save(state, str(actor_dir))
+    strategy = None
+    if parallel_group is not None and torch.distributed.get_world_size(parallel_group) > 1:
+        from megatron.core.dist_checkpointing.serialization import get_default_save_sharded_strategy
+        from megatron.core.dist_checkpointing.strategies.fully_parallel import FullyParallelSaveStrategyWrapper
+
+        strategy = FullyParallelSaveStrategyWrapper(get_default_save_sharded_strategy(), parallel_group)
+    module.save(state, str(actor_dir), sharded_strategy=strategy)
 
 
 def load_actor(chunks: Sequence[Any], optimizer: Any, actor_dir: Path, *, optimizer_format: str) -> dict[str, Any]:

@@ -61,6 +61,7 @@ HARMLESS_KEYS: tuple[str, ...] = (
     "checkpoint.resume",
     "checkpoint.allow_changed",
     "checkpoint.optimizer_format",  # the loader reads the format the checkpoint was written in
+    "checkpoint.fully_parallel_save",  # who writes which file; the same checkpoint either way
     "trainer.val_every",
     "trainer.test_every",
     "trainer.val_before_train",

@@ -91,7 +91,7 @@ class CheckpointIO:
             (staging / RNG_DIR).mkdir(exist_ok=True)
             save_actor(
                 actor.policy.chunks, actor.optimizer if ck.save_optimizer else None, staging / ACTOR_DIR,
-                optimizer_format=ck.optimizer_format,
+                optimizer_format=ck.optimizer_format, parallel_group=ctx.dp_group if ck.fully_parallel_save else None,
             )
             torch.save(rng_state(), staging / RNG_DIR / rng_file_name(ctx.rank))
             if ctx.rank == 0:

@@ -264,9 +264,16 @@ class CheckpointConfig:
     optimizer_format: Literal["fully_reshardable", "dp_reshardable"] = doc(
         "fully_reshardable",
         "DistributedOptimizer state layout in the checkpoint (megatron-core sharding types): "
-        "'fully_reshardable' is stored per parameter in model space (gathered on DP rank 0 while "
-        "saving) and resumes at any TP/PP/DP layout; 'dp_reshardable' stores each rank's flat "
+        "'fully_reshardable' is stored per parameter in model space (gathered onto every DP rank "
+        "while saving) and resumes at any TP/PP/DP layout; 'dp_reshardable' stores each rank's flat "
         "buffer shard (no gather, less memory at save) and resumes only at the same TP/PP sizes.",
+    )
+    fully_parallel_save: bool = doc(
+        True,
+        "Spread the writing of replicated tensors over the data-parallel ranks (megatron-core's "
+        "FullyParallelSaveStrategyWrapper over the DP group, Megatron-LM's --ckpt-fully-parallel-save, "
+        "on by default there too); false: the first DP rank writes every replicated tensor (at TP1 PP1 "
+        "the model and the gathered fully_reshardable optimizer state). The files load either way.",
     )
     allow_changed: tuple[str, ...] = doc(
         (),

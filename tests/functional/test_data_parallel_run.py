@@ -38,3 +38,9 @@ def test_two_data_parallel_ranks(tmp_path):
         # a trajectory that learns: non-zero advantages reach the update
         assert r["advantage/abs_mean"] > 0.1 and r["actor/grad_norm"] > 0
     assert (tmp_path / "easyvqa_tiny_fastrl_grpo_cpu" / "FINISHED").exists()
+    # checkpoint.fully_parallel_save (default): both DP ranks write a share of actor/ (TP1: every
+    # tensor is replicated, so without the wrapper DP rank 1 would write almost nothing; breakage
+    # caught: the trainer not passing the DP group to the save)
+    actor = tmp_path / "easyvqa_tiny_fastrl_grpo_cpu" / "checkpoints" / "step_00000002" / "actor"
+    written = [sum(f.stat().st_size for f in actor.glob(f"__{rank}_*.distcp")) for rank in (0, 1)]
+    assert min(written) > 0.25 * sum(written), written
