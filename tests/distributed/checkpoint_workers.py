@@ -26,6 +26,7 @@ def fully_parallel_save_worker(hf_dir: Path, out: Path) -> dict[str, Any]:
     fresh actor. Returns the bytes each rank wrote per save, the trained weights and, per save, the
     loaded weights and optimizer state."""
     from fastrl.checkpoint.actor_state import load_actor, save_actor
+    from fastrl.compat.megatron_optimizer import ensure_optimizer_state
     from fastrl.distributed import parallel_state
     from fastrl.models.provider import build_policy, export_hf_weights
     from fastrl.training.actor import Actor
@@ -47,6 +48,7 @@ def fully_parallel_save_worker(hf_dir: Path, out: Path) -> dict[str, Any]:
     trained.step()
     saves = {"spread": ctx.dp_group, "rank0": None}
     for name, group in saves.items():
+        (out / name).mkdir(parents=True, exist_ok=True)  # the trainer's CheckpointIO makes it, as here
         save_actor(trained.policy.chunks, trained.optimizer, out / name, optimizer_format="fully_reshardable",
                    parallel_group=group)
     torch.distributed.barrier()
@@ -56,6 +58,7 @@ def fully_parallel_save_worker(hf_dir: Path, out: Path) -> dict[str, Any]:
     }
     for name in saves:
         fresh = actor()
+        ensure_optimizer_state(fresh.optimizer)  # as the trainer's CheckpointIO before a load
         loaded = load_actor(fresh.policy.chunks, fresh.optimizer, out / name, optimizer_format="fully_reshardable")
         result[name] = {"weights": {n: t.clone() for n, t in export_hf_weights(fresh.policy)},
                         "optimizer": _flat(loaded["optimizer"])}
