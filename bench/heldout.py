@@ -257,12 +257,12 @@ def set_aside_other_warm_start(seed_dir: Path, recipe: str, reference: dict) -> 
     return set_aside(seed_dir, recipe, seed_dir / "other_warm_start" / str(n))
 
 
-def seed_complete(seed_dir: Path, rows: list[Row], overrides: list[str], *, threads: int) -> bool:
+def seed_complete(seed_dir: Path, rows: list[Row], overrides: list[str], *, threads: int, retimed: bool = True) -> bool:
     """Whether every row of the seed finished, with the arguments this benchmark would give it
     (``overrides``, ``threads``; where the runs were written does not count), from the same warm
-    start as the seed's GRPO run, and none waits for its re-timing: then the seed is not touched
-    again (its warm start is not rebuilt; a rebuild on another machine can differ, and would send
-    every row to run again)."""
+    start as the seed's GRPO run, and (``retimed``) none waits for its re-timing: then the seed's
+    warm start is not rebuilt (a rebuild on another machine can differ, and would send every row to
+    run again) and no row trains again but the re-timings still due."""
 
     def settings(args: list[str]) -> list[str]:
         return [a for a in args if not a.startswith("logging.output_dir=")]
@@ -278,7 +278,7 @@ def seed_complete(seed_dir: Path, rows: list[Row], overrides: list[str], *, thre
             return False
         info_path = seed_dir / f"{row.recipe}.bench_run.json"
         info = json.loads(info_path.read_text()) if info_path.exists() else {}
-        if disturbed(info) and not (seed_dir / "retime" / row.recipe / "VERIFIED").exists():
+        if retimed and disturbed(info) and not (seed_dir / "retime" / row.recipe / "VERIFIED").exists():
             return False
     return True
 
@@ -577,17 +577,21 @@ def main(argv: list[str] | None = None) -> int:
             elif seed_complete(seed_dir, rows, seed_args, threads=args.threads):
                 print(f"seed {s}: every row finished from one warm start: nothing to run", flush=True)
                 continue
-            print(f"seed {s}: {', '.join(orders[s])}", flush=True)
-            build_warm_start(seed_dir, [*overrides, *seed_overrides(s)], threads=args.threads, timeout=args.timeout)
-            reference = warm_start_fingerprint(seed_dir / "_warm_start" / BY_LABEL[BASE].recipe)
-            for label in orders[s]:
-                moved = set_aside_other_warm_start(seed_dir, BY_LABEL[label].recipe, reference)
-                if moved is not None:
-                    print(f"seed {s}: {label} started from another build of the warm start: moved to {moved}, "
-                          f"to run again", flush=True)
-            for position, label in enumerate(orders[s]):
-                run_one(BY_LABEL[label], seed_dir, [*overrides, *seed_overrides(s)], position=position,
-                        threads=args.threads, timeout=args.timeout)
+            if s not in args.again and seed_complete(seed_dir, rows, seed_args, threads=args.threads, retimed=False):
+                print(f"seed {s}: every row finished from one warm start; re-timing what other work disturbed",
+                      flush=True)  # no rebuild of the warm start: the re-timing checks it computes the same
+            else:
+                print(f"seed {s}: {', '.join(orders[s])}", flush=True)
+                build_warm_start(seed_dir, seed_args, threads=args.threads, timeout=args.timeout)
+                reference = warm_start_fingerprint(seed_dir / "_warm_start" / BY_LABEL[BASE].recipe)
+                for label in orders[s]:
+                    moved = set_aside_other_warm_start(seed_dir, BY_LABEL[label].recipe, reference)
+                    if moved is not None:
+                        print(f"seed {s}: {label} started from another build of the warm start: moved to {moved}, "
+                              f"to run again", flush=True)
+                for position, label in enumerate(orders[s]):
+                    run_one(BY_LABEL[label], seed_dir, seed_args, position=position, threads=args.threads,
+                            timeout=args.timeout)
             for label in orders[s]:  # the rule: runs that other work disturbed are timed again, once
                 recipe = BY_LABEL[label].recipe
                 info_path = seed_dir / f"{recipe}.bench_run.json"

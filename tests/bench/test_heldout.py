@@ -257,6 +257,13 @@ def test_again_moves_every_run_of_the_seed_aside_before_training(tmp_path, monke
     assert calls == [("warm", "seed2"), ("run", "seed2", "grpo"), ("run", "seed2", "fastrl_grpo")]
     assert not (tmp_path / "seed2" / "earlier" / "2").exists()
     assert warm_start_fingerprint(tmp_path / "seed2" / BY_LABEL["grpo"].recipe) == {"warm_start/sft_color_acc": 0.95}
+    # a finished seed whose row other work disturbed: only the re-timing runs, no warm-start rebuild
+    (tmp_path / "seed1" / f"{BY_LABEL['cppo_grpo'].recipe}.bench_run.json").write_text(json.dumps({"other_cores": 0.5}))
+    retimed = []
+    monkeypatch.setattr(heldout, "retime", lambda row, seed_dir, *a, **k: retimed.append((seed_dir.name, row.label)))
+    calls.clear()
+    heldout.main(["--seeds", "1", "--rows", "grpo,fastrl_grpo,cppo_grpo", "--out", str(tmp_path)])
+    assert calls == [] and retimed == [("seed1", "cppo_grpo")]
     for bad in (["--again", "3"], ["--again", "2", "--report-only"]):
         with pytest.raises(SystemExit):
             heldout.main(["--seeds", "2", *bad, "--out", str(tmp_path)])
