@@ -173,8 +173,8 @@ def measure(run_dir: Path, split: str = REPORT_SPLIT) -> dict:
     last_step = max(int(r["step"]) for r in train)
     final = [r for r in tests if int(r["step"]) == last_step]
     if not final:
-        raise SystemExit(f"heldout: {run_dir} has no held-out test evaluation of its final step {last_step}; evaluate "
-                         f"its final checkpoint with trainer.val_only=true data.test_size={TEST_QUESTIONS}")
+        raise SystemExit(f"{run_dir} has no held-out test evaluation of its final step {last_step}; evaluate its "
+                         "final checkpoint with trainer.val_only=true and the run's data.test_size")
     out["test_accuracy"] = final[-1]["test/accuracy"]
     out["test_questions"] = int(final[-1]["test/questions"])
     out["test_stderr"] = final[-1]["test/accuracy_stderr"]
@@ -257,6 +257,18 @@ def set_aside_other_warm_start(seed_dir: Path, recipe: str, reference: dict) -> 
     return set_aside(seed_dir, recipe, seed_dir / "other_warm_start" / str(n))
 
 
+def same_settings(seed_dir: Path, recipe: str, overrides: list[str], *, threads: int) -> bool:
+    """Whether the run of ``recipe`` in ``seed_dir`` was trained with the arguments
+    (``<recipe>.args.json``) that ``overrides`` and ``threads`` give; where it was written does not count."""
+
+    def settings(args: list[str]) -> list[str]:
+        return [a for a in args if not a.startswith("logging.output_dir=")]
+
+    args_path = seed_dir / f"{recipe}.args.json"
+    stored = json.loads(args_path.read_text()) if args_path.exists() else None
+    return stored is not None and settings(stored) == settings(train_args(recipe, seed_dir, overrides, threads=threads))
+
+
 def seed_complete(seed_dir: Path, rows: list[Row], overrides: list[str], *, threads: int, retimed: bool = True) -> bool:
     """Whether every row of the seed finished, with the arguments this benchmark would give it
     (``overrides``, ``threads``; where the runs were written does not count), from the same warm
@@ -264,17 +276,12 @@ def seed_complete(seed_dir: Path, rows: list[Row], overrides: list[str], *, thre
     warm start is not rebuilt (a rebuild on another machine can differ, and would send every row to
     run again) and no row trains again but the re-timings still due."""
 
-    def settings(args: list[str]) -> list[str]:
-        return [a for a in args if not a.startswith("logging.output_dir=")]
-
     base = warm_start_fingerprint(seed_dir / BY_LABEL[BASE].recipe)
     for row in rows:
         run_dir = seed_dir / row.recipe
         if not (run_dir / "FINISHED").exists() or not base or warm_start_fingerprint(run_dir) != base:
             return False
-        args_path = seed_dir / f"{row.recipe}.args.json"
-        stored = json.loads(args_path.read_text()) if args_path.exists() else None
-        if stored is None or settings(stored) != settings(train_args(row.recipe, seed_dir, overrides, threads=threads)):
+        if not same_settings(seed_dir, row.recipe, overrides, threads=threads):
             return False
         info_path = seed_dir / f"{row.recipe}.bench_run.json"
         info = json.loads(info_path.read_text()) if info_path.exists() else {}
@@ -579,7 +586,15 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             if s not in args.again and seed_complete(seed_dir, rows, seed_args, threads=args.threads, retimed=False):
                 print(f"seed {s}: every row finished from one warm start; re-timing what other work disturbed",
-                      flush=True)  # no rebuild of the warm start: the re-timing checks it computes the same
+                      flush=True)
+                build_warm_start(seed_dir, seed_args, threads=args.threads, timeout=args.timeout)  # cached: seconds
+                built = warm_start_fingerprint(seed_dir / "_warm_start" / BY_LABEL[BASE].recipe)
+                if built != warm_start_fingerprint(seed_dir / BY_LABEL[BASE].recipe):
+                    raise SystemExit(
+                        f"heldout: seed {s}: this machine builds another warm start ({built}) than the one the seed's "
+                        f"runs started from: a re-timing here would not compute the same values. Re-time on a machine "
+                        f"that builds the same one, or train the seed anew here with --again {s}"
+                    )  # nothing is set aside: the finished runs stay as they are
             else:
                 print(f"seed {s}: {', '.join(orders[s])}", flush=True)
                 build_warm_start(seed_dir, seed_args, threads=args.threads, timeout=args.timeout)

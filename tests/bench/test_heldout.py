@@ -3,6 +3,7 @@ split the rows were chosen on."""
 
 import json
 import math
+import shutil
 import statistics
 
 import pytest
@@ -227,7 +228,13 @@ def test_again_moves_every_run_of_the_seed_aside_before_training(tmp_path, monke
     from bench.heldout import warm_start_fingerprint
 
     calls = []
-    monkeypatch.setattr(heldout, "build_warm_start", lambda seed_dir, *a, **k: calls.append(("warm", seed_dir.name)))
+    def build_warm_start(seed_dir, *args, **kwargs):
+        calls.append(("warm", seed_dir.name))
+        shutil.rmtree(seed_dir / "_warm_start", ignore_errors=True)  # as the real one: built anew each time
+        _finished_run(seed_dir / "_warm_start", BY_LABEL["grpo"].recipe, built[0])
+
+    built = [0.95]
+    monkeypatch.setattr(heldout, "build_warm_start", build_warm_start)
 
     def run_one(row, seed_dir, *args, **kwargs):
         calls.append(("run", seed_dir.name, row.label))
@@ -262,8 +269,14 @@ def test_again_moves_every_run_of_the_seed_aside_before_training(tmp_path, monke
     retimed = []
     monkeypatch.setattr(heldout, "retime", lambda row, seed_dir, *a, **k: retimed.append((seed_dir.name, row.label)))
     calls.clear()
+    built[0] = 0.9
     heldout.main(["--seeds", "1", "--rows", "grpo,fastrl_grpo,cppo_grpo", "--out", str(tmp_path)])
-    assert calls == [] and retimed == [("seed1", "cppo_grpo")]
+    assert calls == [("warm", "seed1")] and retimed == [("seed1", "cppo_grpo")]
+    # ... on a machine that builds another warm start: refused before any training, nothing moved
+    built[0], retimed[:] = 0.97, []
+    with pytest.raises(SystemExit, match="builds another warm start"):
+        heldout.main(["--seeds", "1", "--rows", "grpo,fastrl_grpo,cppo_grpo", "--out", str(tmp_path)])
+    assert retimed == [] and not (tmp_path / "seed1" / "other_warm_start").exists()
     for bad in (["--again", "3"], ["--again", "2", "--report-only"]):
         with pytest.raises(SystemExit):
             heldout.main(["--seeds", "2", *bad, "--out", str(tmp_path)])
