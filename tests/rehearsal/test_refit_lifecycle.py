@@ -479,6 +479,7 @@ def _run_step_tail(step_module, run, monkeypatch, stop):
         rollout=types.SimpleNamespace(mismatch_tolerance=1.0), parallel=types.SimpleNamespace(micro_batch_size=1),
         trainer=types.SimpleNamespace(epochs=1, micro_batch_tokens=0), precision=types.SimpleNamespace(mode="bf16"),
         algorithm=types.SimpleNamespace(), pruning=types.SimpleNamespace(seed=0), logprobs_before_pruning=False,
+        logging=types.SimpleNamespace(rollouts_every=0),
         mismatch_tolerance=1.0,
     )
     run.cfg = cfg
