@@ -613,7 +613,7 @@ def main(argv: list[str] | None = None) -> int:
                 info = json.loads(info_path.read_text()) if info_path.exists() else {}
                 if disturbed(info) and not (seed_dir / "retime" / recipe / "VERIFIED").exists():
                     print(f"seed {s}: re-timing {label} (other processes used {info.get('other_cores')} cores)", flush=True)
-                    retime(BY_LABEL[label], seed_dir, [*overrides, *seed_overrides(s)], threads=args.threads,
+                    retime(BY_LABEL[label], seed_dir, seed_args, threads=args.threads,
                            timeout=args.timeout)
     for s, label in args.retime_runs:
         print(f"seed {s}: re-timing {label}", flush=True)
