@@ -590,11 +590,13 @@ def main(argv: list[str] | None = None) -> int:
                 build_warm_start(seed_dir, seed_args, threads=args.threads, timeout=args.timeout)  # cached: seconds
                 built = warm_start_fingerprint(seed_dir / "_warm_start" / BY_LABEL[BASE].recipe)
                 if built != warm_start_fingerprint(seed_dir / BY_LABEL[BASE].recipe):
-                    raise SystemExit(
-                        f"heldout: seed {s}: this machine builds another warm start ({built}) than the one the seed's "
-                        f"runs started from: a re-timing here would not compute the same values. Re-time on a machine "
-                        f"that builds the same one, or train the seed anew here with --again {s}"
-                    )  # nothing is set aside: the finished runs stay as they are
+                    # nothing is set aside: the finished runs stay as they are, the disturbed ones marked so in
+                    # the report, and the next seed goes on
+                    print(f"seed {s}: NOT re-timed: this machine builds another warm start ({built}) than the one the "
+                          f"seed's runs started from, so a re-timing here would not compute the same values. Re-time "
+                          f"on a machine that builds the same one, or train the seed anew here with --again {s}",
+                          flush=True)
+                    continue
             else:
                 print(f"seed {s}: {', '.join(orders[s])}", flush=True)
                 build_warm_start(seed_dir, seed_args, threads=args.threads, timeout=args.timeout)
