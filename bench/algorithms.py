@@ -516,6 +516,28 @@ def finished_runs(out: Path, seeds: list[int], entries: list[Entry]) -> list[tup
     return found
 
 
+def add_run_arguments(p: argparse.ArgumentParser, *, seeds: int, seeds_help: str, steps_help: str,
+                      out: Path | None, out_help: str | None = None) -> None:
+    """Add the options every benchmark of this folder takes: ``--seeds`` (default ``seeds``),
+    ``--steps``, ``--out`` (default ``out``), ``--threads``, ``--timeout``, ``--report-only`` and the
+    trailing ``overrides``; :func:`check_run_arguments` validates them after parsing."""
+    p.add_argument("--seeds", type=int, default=seeds, help=seeds_help)
+    p.add_argument("--steps", type=int, help=steps_help)
+    p.add_argument("--out", type=Path, default=out, help=out_help)
+    p.add_argument("--threads", type=int, default=2, help="torch threads of each training process")
+    p.add_argument("--timeout", type=float, default=4 * 3600, help="seconds one training run may take")
+    p.add_argument("--report-only", action="store_true", help="only rebuild the report from finished runs")
+    p.add_argument("overrides", nargs="*", help="extra dotted key=value overrides for every run")
+
+
+def check_run_arguments(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse (``p.error``, exit 2) ``--seeds`` below 1 and ``--steps`` below 1."""
+    if args.seeds < 1:
+        p.error(f"--seeds must be >= 1, got {args.seeds}")
+    if args.steps is not None and args.steps < 1:
+        p.error(f"--steps must be >= 1, got {args.steps}")
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="tiny model and few steps (the CI smoke run)")
@@ -524,23 +546,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--peer-seeds", type=int, default=1,
                    help="seeds of the peer rows (FastRL as published, ARS only, paper refill, PODS, random, zero-advantage, "
                         "GRESO, GSPO + weighted MDAP): 1..N, at most --seeds (default 1; the base/FastRL pairs run every seed)")
-    p.add_argument("--steps", type=int, help=f"training steps per run (default: the recipes' own; {QUICK_STEPS} with --quick)")
-    p.add_argument("--seeds", type=int, default=1, help="seeds 1..N per recipe (mean and spread over seeds)")
+    add_run_arguments(p, seeds=1, seeds_help="seeds 1..N per recipe (mean and spread over seeds)",
+                      steps_help=f"training steps per run (default: the recipes' own; {QUICK_STEPS} with --quick)",
+                      out=None, out_help="output directory (default runs/bench_algorithms[_quick])")
     p.add_argument("--target-accuracy", type=float, metavar="FRACTION",
                    help="also report, per seed, the training seconds to the first validation at or above this "
                         "accuracy (a fraction in (0, 1], e.g. 0.76)")
-    p.add_argument("--out", type=Path, help="output directory (default runs/bench_algorithms[_quick])")
-    p.add_argument("--threads", type=int, default=2, help="torch threads of each training process")
-    p.add_argument("--timeout", type=float, default=4 * 3600, help="seconds one training run may take")
     p.add_argument("--fresh", action="store_true", help="delete existing run directories first")
     p.add_argument("--skip-steps", type=int, default=1, help="warm-up steps left out of the timings (default 1)")
-    p.add_argument("--report-only", action="store_true", help="only rebuild tables and plots from finished runs")
-    p.add_argument("overrides", nargs="*", help="extra dotted key=value overrides for every run")
     args = p.parse_args(argv)
-    if args.seeds < 1:
-        p.error(f"--seeds must be >= 1, got {args.seeds}")
-    if args.steps is not None and args.steps < 1:
-        p.error(f"--steps must be >= 1, got {args.steps}")
+    check_run_arguments(p, args)
     if args.target_accuracy is not None and not 0.0 < args.target_accuracy <= 1.0:
         p.error(f"--target-accuracy is a fraction in (0, 1] (0.76 for 76%), got {args.target_accuracy}")
     return args

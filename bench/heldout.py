@@ -65,7 +65,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.algorithms import COMMON, Entry, measure_run, run_recipe, seed_overrides, train_args  # noqa: E402
+from bench.algorithms import (  # noqa: E402
+    COMMON,
+    Entry,
+    add_run_arguments,
+    check_run_arguments,
+    measure_run,
+    run_recipe,
+    seed_overrides,
+    train_args,
+)
 from tools.plot_run import load  # noqa: E402
 
 #: Held-out test questions evaluated (the first of the 7,673), every TEST_EVERY steps and at the end.
@@ -532,22 +541,17 @@ def markdown(summary: list[dict], per_seed: dict[int, dict[str, dict]]) -> str:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seeds", type=int, default=5, help="seeds 1..N (default 5)")
+    add_run_arguments(p, seeds=5, seeds_help="seeds 1..N (default 5)",
+                      steps_help="training steps per run (default: the recipes' 120)",
+                      out=REPO / "bench" / "results" / "heldout")
     p.add_argument("--rows", help=f"comma-separated subset of {', '.join(BY_LABEL)} (default: all)")
-    p.add_argument("--steps", type=int, help="training steps per run (default: the recipes' 120)")
-    p.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "heldout")
-    p.add_argument("--threads", type=int, default=2, help="torch threads of each training process")
-    p.add_argument("--timeout", type=float, default=4 * 3600, help="seconds one training run may take")
-    p.add_argument("--report-only", action="store_true", help="only rebuild the report from finished runs")
     p.add_argument("--retime", help="comma-separated SEED:ROW runs to train again for their times only "
                    "(e.g. 1:grpo, a run other work on the machine slowed down); checked to compute the same values")
     p.add_argument("--again", default="", help="comma-separated seeds whose runs (every row) are moved once to "
                    "seed<S>/earlier/<n>/ and trained again, all on this machine (e.g. rows of one seed that ran on "
                    "two machines); repeating the command continues the new runs (seed<S>/again.json)")
-    p.add_argument("overrides", nargs="*", help="extra dotted key=value overrides for every run")
     args = p.parse_args(argv)
-    if args.seeds < 1:
-        p.error(f"--seeds must be >= 1, got {args.seeds}")
+    check_run_arguments(p, args)
     unknown = [x for x in (args.rows or "").split(",") if x and x not in BY_LABEL]
     if unknown:
         p.error(f"unknown rows {unknown}; choose from {', '.join(BY_LABEL)}")

@@ -51,7 +51,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench import prune_text  # noqa: E402
-from bench.algorithms import COMMON, PHASES, seed_overrides  # noqa: E402
+from bench.algorithms import COMMON, PHASES, add_run_arguments, check_run_arguments, seed_overrides  # noqa: E402
 from bench.heldout import (  # noqa: E402
     Row,
     _finite,
@@ -245,18 +245,11 @@ def markdown(summary: list[dict], per_seed: dict[int, dict[str, dict]], base: di
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seeds", type=int, default=2, help="seeds 1..N (default 2)")
-    p.add_argument("--steps", type=int, help="training steps per run (default: the recipes')")
-    p.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "word_arith")
-    p.add_argument("--threads", type=int, default=2, help="torch threads of each training process")
-    p.add_argument("--timeout", type=float, default=4 * 3600, help="seconds one training run may take")
-    p.add_argument("--report-only", action="store_true", help="only rebuild the report from finished runs")
-    p.add_argument("overrides", nargs="*", help="extra dotted key=value overrides for every run")
+    add_run_arguments(p, seeds=2, seeds_help="seeds 1..N (default 2)",
+                      steps_help="training steps per run (default: the recipes')",
+                      out=REPO / "bench" / "results" / "word_arith")
     args = p.parse_args(argv)
-    if args.seeds < 1:
-        p.error(f"--seeds must be >= 1, got {args.seeds}")
-    if args.steps is not None and args.steps < 1:
-        p.error(f"--steps must be >= 1, got {args.steps}")
+    check_run_arguments(p, args)
     return args
 
 
