@@ -44,7 +44,15 @@ the hypervisor's steal time too, since it slows a run the same way: ``steal_core
 of it was steal, from seed 3 on; a run recorded without it counts as disturbed) is trained again into ``seed<S>/retime/<recipe>`` at the end of its
 seed, once (``--retime SEED:ROW`` asks for one by hand). The runs are deterministic, so the second
 must compute exactly what the first did (every metric but times, :func:`same_computation`;
-checked, else an error); the report then takes its times and marks it ``retimed``.
+checked, else an error); the report then takes its times and marks it ``retimed``. A re-timing runs
+hours after the seed's other rows, and the machine drifts meanwhile (seed 2's re-timings, on the same
+virtual machine 12 hours later, generated 25% faster than every row of the evening before), so a
+re-timed row is compared only with GRPO re-timed in the same sitting (one invocation of this
+script, ``bench_run.json``'s ``sitting``): the sitting that re-times a row re-times the seed's GRPO
+first, and re-timings of another sitting are moved to ``seed<S>/retime_earlier/<n>/`` and done again
+(:func:`retimes_due`). A disturbed GRPO run sends every row of its seed to be re-timed. The report
+leaves out a speedup whose two runs are not of one sitting (said in its notes); accuracy is the
+same either way.
 """
 
 from __future__ import annotations
@@ -86,6 +94,8 @@ TEST_EVERY = 10
 TARGET_ACCURACY = 0.72
 #: A run during which other processes used more than this many cores on average is re-timed.
 RETIME_OTHER_CORES = 0.15
+#: This invocation of the benchmark: re-timed runs are compared only within one (``bench_run.json``).
+SITTING = f"{os.uname().nodename}:{os.getpid()}:{int(time.time())}"
 #: Splits every row's settings were chosen on (none was ever chosen on the held-out test split).
 CHOSEN_ON = frozenset({"val"})
 REPORT_SPLIT = "test"
@@ -292,11 +302,72 @@ def seed_complete(seed_dir: Path, rows: list[Row], overrides: list[str], *, thre
             return False
         if not same_settings(seed_dir, row.recipe, overrides, threads=threads):
             return False
-        info_path = seed_dir / f"{row.recipe}.bench_run.json"
-        info = json.loads(info_path.read_text()) if info_path.exists() else {}
-        if retimed and disturbed(info) and not (seed_dir / "retime" / row.recipe / "VERIFIED").exists():
-            return False
-    return True
+    return not (retimed and retimes_due(seed_dir, [row.label for row in rows]))
+
+
+def _bench_run(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def retime_sitting(seed_dir: Path, label: str) -> str | None:
+    """The sitting of ``label``'s verified re-timing in ``seed_dir``; None without one (or one
+    recorded before sittings were)."""
+    recipe = BY_LABEL[label].recipe
+    if not (seed_dir / "retime" / recipe / "VERIFIED").exists():
+        return None
+    return _bench_run(seed_dir / "retime" / f"{recipe}.bench_run.json").get("sitting")
+
+
+def disturbed_rows(seed_dir: Path, labels: list[str]) -> list[str]:
+    """The rows of ``labels`` whose runs other work disturbed (:func:`disturbed`); all of them when
+    GRPO's was (every speedup divides by its time)."""
+    def was_disturbed(label: str) -> bool:
+        return disturbed(_bench_run(seed_dir / f"{BY_LABEL[label].recipe}.bench_run.json"))
+
+    return list(labels) if was_disturbed(BASE) else [label for label in labels if was_disturbed(label)]
+
+
+def retimes_due(seed_dir: Path, labels: list[str]) -> list[str]:
+    """The rows of ``labels`` (which include GRPO) to re-time now, GRPO first, or [] when none is due.
+
+    A row is due when its run was disturbed (:func:`disturbed`), or every row when GRPO's was. They
+    are all due again, GRPO with them, unless each already has a verified re-timing from the sitting
+    of GRPO's verified re-timing: a re-timed row is only compared with a GRPO timed in its sitting."""
+    wanted = disturbed_rows(seed_dir, labels)
+    if not wanted:
+        return []
+    base_sitting = retime_sitting(seed_dir, BASE)
+    if base_sitting is not None and all(retime_sitting(seed_dir, label) == base_sitting for label in wanted):
+        return []
+    return [BASE, *(label for label in wanted if label != BASE)]
+
+
+def set_aside_retimes(seed_dir: Path) -> Path | None:
+    """Move ``seed_dir/retime`` (every re-timing of the seed) to ``seed_dir/retime_earlier/<n>/``
+    (the first free ``n``), so that a new sitting re-times from scratch; returns where it went."""
+    source = seed_dir / "retime"
+    if not source.exists():
+        return None
+    n = 1
+    while (seed_dir / "retime_earlier" / str(n)).exists():
+        n += 1
+    dest = seed_dir / "retime_earlier" / str(n)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    source.rename(dest)
+    return dest
+
+
+def retime_seed(seed_dir: Path, labels: list[str], overrides: list[str], *, threads: int, timeout: float) -> None:
+    """Re-time ``labels`` (GRPO first, :func:`retimes_due`) in this sitting, after moving the seed's
+    earlier re-timings aside (:func:`set_aside_retimes`)."""
+    moved = set_aside_retimes(seed_dir)
+    if moved is not None:
+        print(f"{seed_dir.name}: earlier re-timings moved to {moved}: a sitting re-times GRPO with its rows",
+              flush=True)
+    for label in labels:
+        info = _bench_run(seed_dir / f"{BY_LABEL[label].recipe}.bench_run.json")
+        print(f"{seed_dir.name}: re-timing {label} (other processes used {info.get('other_cores')} cores)", flush=True)
+        retime(BY_LABEL[label], seed_dir, overrides, threads=threads, timeout=timeout)
 
 
 def start_again(seed_dir: Path) -> None:
@@ -412,8 +483,23 @@ def run_one(row: Row, seed_dir: Path, overrides: list[str], *, position: int, th
         "steal_cores": (steal_cpu_seconds() - before["steal"]) / info["process_seconds"],
         "load_average_before": list(before["load_average"]), "load_average_after": list(os.getloadavg()),
         "cores": len(os.sched_getaffinity(0)), "threads": threads, "resumed": resumed, "commit": commit,
+        "sitting": SITTING,
     }
     (seed_dir / f"{row.recipe}.bench_run.json").write_text(json.dumps(record, indent=1) + "\n")
+
+
+def timing_base(run: dict, base: dict) -> dict | None:
+    """The measurement of GRPO (``base``, :func:`measure`, with its re-timing under ``"retime"``)
+    whose times ``run`` (a row of the same seed) is compared with; None when there is none: a
+    re-timed run pairs only with GRPO re-timed in its sitting, any other run only with GRPO's
+    first run, and neither when one of the two was disturbed and not re-timed."""
+    if run.get("retimed"):
+        again = base.get("retime")
+        sitting = run.get("bench_run", {}).get("sitting")
+        return again if again is not None and sitting and again.get("bench_run", {}).get("sitting") == sitting else None
+    if disturbed(run.get("bench_run", {})) or disturbed(base.get("bench_run", {})):
+        return None
+    return base
 
 
 def summarize(per_seed: dict[int, dict[str, dict]], rows: list[Row]) -> list[dict]:
@@ -425,14 +511,17 @@ def summarize(per_seed: dict[int, dict[str, dict]], rows: list[Row]) -> list[dic
         bases = [per_seed[s][BASE] for s in seeds]
         acc = [r["test_accuracy"] for r in runs]
         diffs = [r["test_accuracy"] - b["test_accuracy"] for r, b in zip(runs, bases)]
-        speed = [b["train_time_s"] / r["train_time_s"] for r, b in zip(runs, bases)]
-        e2e = [b["end_to_end_s"] / r["end_to_end_s"] for r, b in zip(runs, bases) if "end_to_end_s" in r and "end_to_end_s" in b]
+        timed = [(r, t) for r, t in ((r, timing_base(r, b)) for r, b in zip(runs, bases)) if t is not None]
+        speed = [b["train_time_s"] / r["train_time_s"] for r, b in timed]
+        e2e = [b["end_to_end_s"] / r["end_to_end_s"] for r, b in timed if "end_to_end_s" in r and "end_to_end_s" in b]
         speed_mean, speed_ci = ratio_interval(speed)
         e2e_mean, e2e_ci = ratio_interval(e2e)
-        tta = [time_to_accuracy(r["test_curve"], TARGET_ACCURACY) for r in runs]
+        # seconds to the target: a time too, so only from runs timed with their seed's GRPO
+        tta = [time_to_accuracy(r["test_curve"], TARGET_ACCURACY) for r, _ in timed]
         mean_diff, lo, hi = paired_interval(diffs)
         out.append({
             "label": row.label, "title": row.title, "seeds": seeds,
+            "timed_seeds": [s for s, r, b in zip(seeds, runs, bases) if timing_base(r, b) is not None],
             "test_accuracy": acc, "test_accuracy_mean": _mean(acc), "test_accuracy_sd": _sd(acc),
             "diff_to_grpo": diffs, "diff_mean": mean_diff, "diff_ci95": [lo, hi],
             "train_speedup": speed, "train_speedup_mean": speed_mean, "train_speedup_ci95": speed_ci,
@@ -493,8 +582,10 @@ def markdown(summary: list[dict], per_seed: dict[int, dict[str, dict]]) -> str:
         ci = "-" if r["label"] == BASE or math.isnan(lo) else f"[{100 * lo:+.2f}, {100 * hi:+.2f}]"
         diff = "-" if r["label"] == BASE else f"{100 * r['diff_mean']:+.2f}"
         med = r["time_to_accuracy_median_s"]
+        timed = len(r["timed_seeds"])
+        n = f"{len(r['seeds'])}" + ("" if timed == len(r["seeds"]) else f" ({timed} timed)")
         lines.append(
-            f"| {r['title']} | {len(r['seeds'])} | {_ci(r['train_speedup_mean'], r['train_speedup_ci95'], '.2f', 'x')} | "
+            f"| {r['title']} | {n} | {_ci(r['train_speedup_mean'], r['train_speedup_ci95'], '.2f', 'x')} | "
             f"{_ci(r['e2e_speedup_mean'], r['e2e_speedup_ci95'], '.2f', 'x')} | "
             f"{_pm(r['test_accuracy_mean'], r['test_accuracy_sd'], '.2f', 100)} | {diff} | {ci} | "
             f"{r['kept_fraction']:.3f} | {r['mean_n']:.2f} | {'never' if med == math.inf else f'{med:.0f}'} |"
@@ -510,7 +601,11 @@ def markdown(summary: list[dict], per_seed: dict[int, dict[str, dict]]) -> str:
                 cells.append("-")
                 continue
             t = time_to_accuracy(run["test_curve"], TARGET_ACCURACY)
-            cells.append(f"{100 * run['test_accuracy']:.2f}, {base['train_time_s'] / run['train_time_s']:.2f}x, "
+            timing = timing_base(run, base)
+            if timing is None:
+                cells.append(f"{100 * run['test_accuracy']:.2f}, not timed with GRPO")
+                continue
+            cells.append(f"{100 * run['test_accuracy']:.2f}, {timing['train_time_s'] / run['train_time_s']:.2f}x, "
                          + ("never" if t is None else f"{t:.0f}"))
         per.append(f"| {r['title']} | " + " | ".join(cells) + " |")
     order = ["| seed | runs in the order they ran (position; other processes' mean cores during the run) |",
@@ -529,7 +624,8 @@ def markdown(summary: list[dict], per_seed: dict[int, dict[str, dict]]) -> str:
         f"Held-out test split: the first {'/'.join(map(str, sizes))} of easy-vqa's 7,673 held-out questions (no setting was "
         f"chosen on them), evaluated every {TEST_EVERY} steps (`trainer.test_every`) and on the final policy (greedy). Speedups are per seed "
         "against GRPO of the same seed: their geometric mean over seeds with a 95% Student t interval of the mean log "
-        "ratio [in brackets]; end-to-end: process wall time less the held-out evaluations. Accuracy: mean ± sample "
+        "ratio [in brackets]; a re-timed run is compared only with GRPO re-timed in its sitting and a disturbed run with "
+        "none (`2 (1 timed)`: seeds with accuracy, of them with times and time to accuracy); end-to-end: process wall time less the held-out evaluations. Accuracy: mean ± sample "
         "standard deviation over seeds; the paired difference to GRPO has a 95% Student t interval (one per row, "
         "not corrected for the several rows compared). Time to accuracy: training seconds (validation and test "
         f"time excluded) at the first of two consecutive test evaluations at or above {100 * TARGET_ACCURACY:g}% "
@@ -613,18 +709,15 @@ def main(argv: list[str] | None = None) -> int:
                 for position, label in enumerate(orders[s]):
                     run_one(BY_LABEL[label], seed_dir, seed_args, position=position, threads=args.threads,
                             timeout=args.timeout)
-            for label in orders[s]:  # the rule: runs that other work disturbed are timed again, once
-                recipe = BY_LABEL[label].recipe
-                info_path = seed_dir / f"{recipe}.bench_run.json"
-                info = json.loads(info_path.read_text()) if info_path.exists() else {}
-                if disturbed(info) and not (seed_dir / "retime" / recipe / "VERIFIED").exists():
-                    print(f"seed {s}: re-timing {label} (other processes used {info.get('other_cores')} cores)", flush=True)
-                    retime(BY_LABEL[label], seed_dir, seed_args, threads=args.threads,
-                           timeout=args.timeout)
-    for s, label in args.retime_runs:
-        print(f"seed {s}: re-timing {label}", flush=True)
-        retime(BY_LABEL[label], args.out / f"seed{s}", [*overrides, *seed_overrides(s)], threads=args.threads,
-               timeout=args.timeout)
+            due = retimes_due(seed_dir, [BASE, *(label for label in orders[s] if label != BASE)])
+            if due:  # the rule: runs that other work disturbed are timed again, with GRPO, in one sitting
+                retime_seed(seed_dir, due, seed_args, threads=args.threads, timeout=args.timeout)
+    for s in sorted({s for s, _ in args.retime_runs}):
+        seed_dir = args.out / f"seed{s}"
+        named = [label for t, label in args.retime_runs if t == s]
+        labels = [BASE, *disturbed_rows(seed_dir, [r.label for r in rows]), *named]
+        retime_seed(seed_dir, list(dict.fromkeys(labels)), [*overrides, *seed_overrides(s)], threads=args.threads,
+                    timeout=args.timeout)
     per_seed: dict[int, dict[str, dict]] = {}
     for s in seeds:
         base_start = warm_start_fingerprint(args.out / f"seed{s}" / BY_LABEL[BASE].recipe)
@@ -635,7 +728,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"seed {s}: {r.label} left out: it started from another warm start than the seed's GRPO run",
                       flush=True)
                 continue
-            if (retimed / "VERIFIED").exists():
+            if r.label == BASE and (run_dir / "FINISHED").exists():  # GRPO: its run, and its re-timing beside it
+                per_seed.setdefault(s, {})[r.label] = measure(run_dir)
+                if (retimed / "VERIFIED").exists():
+                    per_seed[s][r.label]["retime"] = {**measure(retimed), "retimed": True}
+            elif (retimed / "VERIFIED").exists():
                 per_seed.setdefault(s, {})[r.label] = {**measure(retimed), "retimed": True}
             elif (run_dir / "FINISHED").exists():
                 per_seed.setdefault(s, {})[r.label] = measure(run_dir)

@@ -81,7 +81,8 @@ def test_the_retime_rule_flags_runs_that_other_work_disturbed():
 
 def _run(train: float, acc: float, e2e: float, curve=((10.0, 0.5), (20.0, 0.75), (30.0, 0.76))) -> dict:
     return {"train_time_s": train, "test_accuracy": acc, "test_stderr": 0.01, "test_questions": 2000,
-            "end_to_end_s": e2e, "test_curve": list(curve), "kept_fraction": 0.25, "mean_n": 8.0, "bench_run": {}}
+            "end_to_end_s": e2e, "test_curve": list(curve), "kept_fraction": 0.25, "mean_n": 8.0,
+            "bench_run": {"other_cores": 0.0}}
 
 
 def test_summary_pairs_each_seed_with_its_own_grpo_run():
@@ -216,9 +217,39 @@ def test_a_complete_seed_is_not_touched_again_and_an_incomplete_one_is(tmp_path)
     (fastrl / "metrics.jsonl").write_text(json.dumps({"step": 0, "kind": "start", "warm_start/sft_color_acc": 0.917}))
     (tmp_path / f"{rows[1].recipe}.bench_run.json").write_text(json.dumps({"other_cores": 0.5}))
     assert not complete()  # disturbed, not yet re-timed
-    (tmp_path / "retime" / rows[1].recipe).mkdir(parents=True)
-    (tmp_path / "retime" / rows[1].recipe / "VERIFIED").write_text("")
+    _verified_retime(tmp_path, rows[1].recipe, sitting=None)
+    assert not complete()  # re-timed, but with no GRPO re-timed in its sitting
+    _verified_retime(tmp_path, rows[0].recipe, sitting="B")
+    _verified_retime(tmp_path, rows[1].recipe, sitting="A")
+    assert not complete()  # GRPO re-timed in another sitting than the row
+    _verified_retime(tmp_path, rows[1].recipe, sitting="B")
     assert complete()
+
+
+def _verified_retime(seed_dir, recipe, sitting):
+    (seed_dir / "retime" / recipe).mkdir(parents=True, exist_ok=True)
+    (seed_dir / "retime" / recipe / "VERIFIED").write_text("")
+    (seed_dir / "retime" / f"{recipe}.bench_run.json").write_text(json.dumps({"other_cores": 0.0, "sitting": sitting}))
+
+
+def test_a_retimed_row_is_compared_only_with_grpo_retimed_in_its_sitting():
+    # Breakage caught: a re-timing made hours later (seed 2's, on a machine then 25% faster) divided
+    # into GRPO's first run; a disturbed run's time reported as if undisturbed.
+    base = {**_run(100.0, 0.76, 200.0), "retime": {**_run(80.0, 0.76, 160.0), "retimed": True}}
+    base["retime"]["bench_run"] = {"other_cores": 0.0, "sitting": "B"}
+    same = {**_run(20.0, 0.75, 100.0), "retimed": True, "bench_run": {"other_cores": 0.0, "sitting": "B"}}
+    other = {**_run(20.0, 0.75, 100.0), "retimed": True, "bench_run": {"other_cores": 0.0, "sitting": "C"}}
+    disturbed_run = {**_run(25.0, 0.77, 100.0), "bench_run": {"other_cores": 0.5}}
+    per_seed = {1: {BASE: base, "fastrl_grpo": same, "cppo_grpo": disturbed_run},
+                2: {BASE: _run(100.0, 0.76, 200.0), "fastrl_grpo": _run(50.0, 0.77, 100.0), "cppo_grpo": other}}
+    rows = [BY_LABEL[BASE], BY_LABEL["fastrl_grpo"], BY_LABEL["cppo_grpo"]]
+    grpo, fast, cppo = summarize(per_seed, rows)
+    assert fast["train_speedup"] == pytest.approx([4.0, 2.0]) and fast["timed_seeds"] == [1, 2]
+    assert cppo["seeds"] == [1, 2] and cppo["timed_seeds"] == [] and cppo["train_speedup"] == []
+    assert cppo["diff_to_grpo"] == pytest.approx([0.01, -0.01])  # accuracy is reported either way
+    text = markdown([grpo, fast, cppo], per_seed)
+    assert "| GRPO + CPPO (half of each group) | 2 (0 timed) | - |" in text
+    assert "77.00, not timed with GRPO |" in text and cppo["time_to_accuracy_s"] == []
 
 
 def test_again_moves_every_run_of_the_seed_aside_before_training(tmp_path, monkeypatch, capsys):
@@ -272,7 +303,7 @@ def test_again_moves_every_run_of_the_seed_aside_before_training(tmp_path, monke
     calls.clear()
     built[0] = 0.9
     heldout.main(["--seeds", "1", "--rows", "grpo,fastrl_grpo,cppo_grpo", "--out", str(tmp_path)])
-    assert calls == [("warm", "seed1")] and retimed == [("seed1", "cppo_grpo")]
+    assert calls == [("warm", "seed1")] and retimed == [("seed1", "grpo"), ("seed1", "cppo_grpo")]
     # ... on a machine that builds another warm start: not re-timed, said so, nothing moved, and the
     # next seed still runs
     built[0], retimed[:], calls[:] = 0.97, [], []
@@ -283,3 +314,25 @@ def test_again_moves_every_run_of_the_seed_aside_before_training(tmp_path, monke
     for bad in (["--again", "3"], ["--again", "2", "--report-only"]):
         with pytest.raises(SystemExit):
             heldout.main(["--seeds", "2", *bad, "--out", str(tmp_path)])
+
+
+def test_a_new_sitting_moves_earlier_retimings_aside_and_retimes_grpo_first(tmp_path, monkeypatch):
+    # Breakage caught: a row re-timed without GRPO beside it, or an earlier sitting's re-timing reused
+    # (run_recipe reuses a finished run) and so paired with this sitting's GRPO.
+    import bench.heldout as heldout
+
+    for label, other in (("grpo", 0.0), ("fastrl_grpo", 0.0), ("cppo_grpo", 0.5)):
+        _finished_run(tmp_path, BY_LABEL[label].recipe, 0.9, other_cores=other)
+    labels = ["grpo", "fastrl_grpo", "cppo_grpo"]
+    assert heldout.retimes_due(tmp_path, labels) == ["grpo", "cppo_grpo"]
+    _verified_retime(tmp_path, BY_LABEL["cppo_grpo"].recipe, sitting="A")
+    assert heldout.retimes_due(tmp_path, labels) == ["grpo", "cppo_grpo"]  # no GRPO of sitting A
+    done = []
+    monkeypatch.setattr(heldout, "retime", lambda row, seed_dir, *a, **k: done.append(row.label)
+                        or _verified_retime(seed_dir, row.recipe, sitting="B"))
+    heldout.retime_seed(tmp_path, heldout.retimes_due(tmp_path, labels), [], threads=2, timeout=1)
+    assert done == ["grpo", "cppo_grpo"] and heldout.retimes_due(tmp_path, labels) == []
+    assert (tmp_path / "retime_earlier" / "1" / BY_LABEL["cppo_grpo"].recipe / "VERIFIED").exists()
+    # a disturbed GRPO run: every row is re-timed, since every speedup divides by its time
+    (tmp_path / f"{BY_LABEL['grpo'].recipe}.bench_run.json").write_text(json.dumps({"other_cores": 0.4}))
+    assert heldout.retimes_due(tmp_path, labels) == ["grpo", "fastrl_grpo", "cppo_grpo"]
