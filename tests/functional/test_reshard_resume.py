@@ -1,7 +1,8 @@
 """Resume a trainer checkpoint at another parallel layout: TP=1 -> TP=2 and TP=1 -> PP=2.
 
-Two steps are trained at TP=1 and saved; step 3 is then trained three ways: straight on at TP=1,
-resumed with tensor parallelism 2 and resumed with pipeline parallelism 2 (two gloo processes).
+Three steps are trained at TP=1, saving after each; step 3 is then trained again from the step-2
+checkpoint two ways: resumed with tensor parallelism 2 and with pipeline parallelism 2 (two gloo
+processes), and compared with the straight run's step 3.
 megatron dist-checkpointing reshards the weights and the DistributedOptimizer state
 (``checkpoint.optimizer_format=fully_reshardable``), so step 3 draws the same rollouts and ends in
 the same weights and Adam moments up to float rounding (TP/PP change the order of reductions).
@@ -61,11 +62,12 @@ def _step(run_root, step):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("reshard")
+    # the straight run also saves after each step (keep_last=2 keeps steps 2 and 3): its step-2
+    # checkpoint is where the other layouts resume (saving does not change the trajectory, and a
+    # resume restores the RNG and data state saved with it)
     straight = root / "straight"
-    run_train(straight, *COMMON)
-    split = root / "split"
-    run_train(split, *COMMON, "stage.max_steps=2")
-    saved = _checkpoint(split, 2)
+    run_train(straight, *COMMON, "checkpoint.save_every=1", "checkpoint.keep_last=2")
+    saved = _checkpoint(straight, 2)
     layouts = {}
     for name, override in (("tp2", "parallel.tensor_model_parallel_size=2"), ("pp2", "parallel.pipeline_model_parallel_size=2")):
         proc = _torchrun(root / name, override, f"checkpoint.resume={saved}")
