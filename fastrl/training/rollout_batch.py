@@ -77,12 +77,15 @@ def sequence_multiple(precision: PrecisionConfig, parallel: ParallelConfig) -> i
     GEMMs and the contracted (last) one in the weight-gradient GEMM, so ``T`` is padded to a multiple
     of 16 (32 for the MXFP8 and blockwise recipes, whose scales cover blocks of 32 elements), which
     holds for every micro-batch size. With sequence parallelism each TP rank holds ``T / TP`` of the
-    tokens, so the multiple is scaled by TP. Hidden dimensions are properties of the model
-    (Qwen2.5-VL's are multiples of 128). bf16 / fp32 runs are not padded.
+    tokens: megatron-core's scatter to the sequence-parallel region asserts that ``T`` divides by TP
+    (``tensor_parallel.mappings._split_along_first_dim``, in every precision), and under FP8 each
+    rank's share must itself be a multiple of 16 / 32, so the multiple is scaled by TP. Hidden
+    dimensions are properties of the model (Qwen2.5-VL's are multiples of 128). bf16 / fp32 runs
+    without sequence parallelism are not padded.
     """
-    if precision.mode != "fp8":
-        return 1
-    multiple = 32 if precision.fp8_recipe in ("mxfp8", "blockwise") else 16
+    multiple = 1
+    if precision.mode == "fp8":
+        multiple = 32 if precision.fp8_recipe in ("mxfp8", "blockwise") else 16
     if parallel.sequence_parallel:
         multiple *= parallel.tensor_model_parallel_size
     return multiple

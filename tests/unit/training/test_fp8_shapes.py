@@ -63,6 +63,44 @@ def test_multiple_is_chosen_from_the_precision_config(monkeypatch):
     assert sequence_multiple(_fp8(monkeypatch, "mxfp8", "e4m3"), plain) == 32
     sp = ParallelConfig(tensor_model_parallel_size=2, sequence_parallel=True)
     assert sequence_multiple(_fp8(monkeypatch), sp) == 32
+    assert sequence_multiple(PrecisionConfig(mode="bf16"), sp) == 2  # megatron's sequence split needs T % TP
+
+
+class _Group:
+    """What megatron-core's sequence-parallel split reads of a process group: its size and rank."""
+
+    def __init__(self, size: int, rank: int) -> None:
+        self._size, self._rank = size, rank
+
+    def size(self) -> int:
+        return self._size
+
+    def rank(self) -> int:
+        return self._rank
+
+
+@pytest.mark.parametrize("mode", ["bf16", "fp8"])
+def test_sequence_parallel_batches_split_over_tensor_parallel_ranks(monkeypatch, mode):
+    # The shipped 32B layout (TP8, sequence parallel) in bf16 and FP8: megatron-core's own scatter
+    # of the embeddings [T, b, h] to the sequence-parallel region. Breakage caught: a bf16 step with
+    # an odd longest row (T = 15 here) stops at megatron's assertion in the first forward.
+    from megatron.core.tensor_parallel.mappings import _split_along_first_dim
+
+    from recipes.gpu import LAYOUTS
+
+    parallel = LAYOUTS["32b"].parallel
+    assert parallel.sequence_parallel and parallel.tensor_model_parallel_size == 8
+    precision = _fp8(monkeypatch) if mode == "fp8" else PrecisionConfig(mode="bf16")
+    scored = scored_rollouts([5, 7, 3], [[2, 10, 1], [4, 3], [6, 1, 8]])  # longest row 15
+    raw = to_policy_batch(scored, range(len(scored)), pad_token_id=PAD)
+    with pytest.raises(AssertionError, match="divisible by tensor parallel size"):
+        _split_along_first_dim(torch.zeros(raw.seq_length, 1, 4), _Group(8, 0))
+    batch = to_policy_batch(scored, range(len(scored)), pad_token_id=PAD,
+                            pad_to_multiple=sequence_multiple(precision, parallel))
+    shares = [_split_along_first_dim(torch.zeros(batch.seq_length, 1, 4), _Group(8, r)) for r in range(8)]
+    assert sum(s.shape[0] for s in shares) == batch.seq_length
+    if mode == "fp8":  # each rank's FP8 GEMMs see T / TP tokens
+        assert all(te_fp8_gemm_ok(torch.empty(s.shape[0], 2048, device="meta")) for s in shares)
 
 
 @pytest.mark.parametrize("recipe", ["delayed", "mxfp8"])
