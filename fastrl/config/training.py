@@ -303,6 +303,10 @@ class LoggingConfig:
     tensorboard: bool = doc(True, "Write TensorBoard events when tensorboard is installed.")
     wandb_project: str | None = doc(None, "Weights & Biases project (None: off).")
     progress_bar: bool = doc(True, "Progress bar on rank 0.")
+    plots: bool = doc(
+        True, "At the end of a run or stage, draw the run's metrics to <run dir>/plots/*.png "
+        "(fastrl/training/plots.py; tools/plot_run.py draws them later from metrics.jsonl)."
+    )
     log_every: int = doc(1, "Print a metrics line every K steps.")
     rollouts_every: int = doc(
         0, "Write every rollout of every K-th step (prompt, response text and token ids, reward, advantage, "

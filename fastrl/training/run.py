@@ -77,15 +77,23 @@ def run(config: RunConfig) -> int:
         if summary.get("val_only"):
             return 0
         log.info("checkpoints: %s", trainer.run_dir / "checkpoints")
-        try:
-            from fastrl.training.plots import plot
-
-            plots = plot(trainer.run_dir, trainer.run_dir / "plots")
-            log.info("plots: %s", ", ".join(str(p) for p in plots))
-        except ValueError as err:  # no training step in this stage
-            log.info("no plots: %s", err)
+        _plot(config, trainer.run_dir, log)
         start_acc = (summary.get("val_start") or {}).get("val/accuracy")
         end_acc = (summary.get("val_end") or {}).get("val/accuracy")
         if start_acc is not None and end_acc is not None:
             log.info("validation accuracy: %.4f before RL -> %.4f after (%+.2f points)", start_acc, end_acc, 100 * (end_acc - start_acc))
     return 0
+
+
+def _plot(config: RunConfig, run_dir: Path, log: logging.Logger) -> None:
+    """Draw ``run_dir``'s metrics to ``run_dir/plots`` unless ``logging.plots`` is false."""
+    if not config.logging.plots:
+        log.info("no plots (logging.plots=false)")
+        return
+    try:
+        from fastrl.training.plots import plot
+
+        plots = plot(run_dir, run_dir / "plots")
+        log.info("plots: %s", ", ".join(str(p) for p in plots))
+    except ValueError as err:  # no training step in this stage
+        log.info("no plots: %s", err)

@@ -32,7 +32,7 @@ TRAIN_OVERRIDES = [
     "model.tiny_vision_hidden_size=32", "model.tiny_vision_depth=1",
     "rollout.prompts_per_step=4", "rollout.n=4", "trainer.mini_batch_prompts=2", "rollout.max_response_length=16",
     "data.val_size=16", "data.max_train_samples=64", "trainer.val_every=0", "warm_start.enabled=false",
-    "logging.progress_bar=false", "logging.tensorboard=false", "reward.num_workers=1", "trainer.torch_threads=1",
+    "logging.progress_bar=false", "logging.tensorboard=false", "logging.plots=false", "reward.num_workers=1", "trainer.torch_threads=1",
     "parallel.micro_batch_size=1", "trainer.max_steps=1",
 ]  # fmt: skip
 

@@ -52,7 +52,7 @@ VAL_SIZE = 1000
 SMALL = ["rollout.prompts_per_step=16", "trainer.mini_batch_prompts=8", "trainer.torch_threads=1"]
 COMMON = [
     f"rollout.seed={SEED}", f"data.shuffle_seed={SEED}", "checkpoint.save_every=0", "trainer.val_every=0",
-    "trainer.val_before_train=true", f"data.val_size={VAL_SIZE}", "logging.progress_bar=false", "logging.tensorboard=false",
+    "trainer.val_before_train=true", f"data.val_size={VAL_SIZE}", "logging.progress_bar=false", "logging.tensorboard=false", "logging.plots=false",
     *SMALL,
 ]
 

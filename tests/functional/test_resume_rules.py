@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.functional.conftest import REPO, TINY, read_jsonl, run_train
+from tests.functional.conftest import REPO, TINY, read_jsonl, run_train, train_process
 
 pytestmark = pytest.mark.functional
 
@@ -27,10 +27,8 @@ QUICK = ["trainer.val_before_train=false"]
 
 
 def _train(out_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
-    """The trainer in a subprocess, whatever its exit code."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "fastrl.train", "--recipe", RECIPE, *TINY, f"logging.output_dir={out_dir}", *overrides]
-    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    """The trainer in its own process, whatever its exit code."""
+    return train_process(out_dir, *overrides, recipe=RECIPE)
 
 
 def _train_steps(run_dir: Path) -> list[int]:
@@ -66,6 +64,8 @@ def test_resume_with_a_changed_lr_trains_with_it(finished_two_steps, tmp_path):
     assert f"config change: optimizer.lr: {old_lr!r} -> {new_lr!r} (schedule: applied" in log
     assert "config change: trainer.max_steps: 2 -> 3 (schedule: applied" in log
     assert "LR schedule applied from the new config" in log
+    # logging.plots=false (the suite's default, tests/functional/conftest.py TINY) draws nothing
+    assert "no plots (logging.plots=false)" in log and not (run_dir / "plots").exists()
     step3 = next(r for r in read_jsonl(run_dir / "metrics.jsonl") if r["kind"] == "train" and r["step"] == 3)
     assert step3["actor/lr"] == pytest.approx(new_lr)  # megatron's default would have kept old_lr
 

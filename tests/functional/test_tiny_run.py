@@ -23,7 +23,7 @@ THRESHOLDS = json.loads((Path(__file__).parent / "tiny_run_thresholds.json").rea
 def test_tiny_fastrl_run_metrics_within_thresholds(tmp_path):
     start = time.monotonic()
     proc = run_train(tmp_path, "trainer.max_steps=3", COIN_REWARD, "data.test_size=8", "trainer.test_every=2",
-                     "logging.rollouts_every=2")
+                     "logging.rollouts_every=2", "logging.plots=true")
     wall = time.monotonic() - start
     run_dir = tmp_path / "easyvqa_tiny_fastrl_grpo_cpu"
     assert "validation accuracy:" in proc.stdout + proc.stderr

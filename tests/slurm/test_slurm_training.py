@@ -27,7 +27,7 @@ TINY = [
     "model.tiny_vision_hidden_size=32", "model.tiny_vision_depth=1", "rollout.prompts_per_step=4",
     "rollout.n=8", "trainer.mini_batch_prompts=1", "parallel.micro_batch_size=2", "rollout.max_response_length=16",
     "data.val_size=16", "data.max_train_samples=64", "trainer.val_every=0", "warm_start.enabled=false",
-    "logging.progress_bar=false", "logging.tensorboard=false", "reward.num_workers=1", "trainer.torch_threads=1",
+    "logging.progress_bar=false", "logging.tensorboard=false", "logging.plots=false", "reward.num_workers=1", "trainer.torch_threads=1",
     # keep one rollout per advantage level (threshold 0) under a many-level reward, with a large
     # learning rate so the policy (and what is pruned) changes within a few steps
     "pruning.similarity_threshold=0.0", f"reward.name={Path(__file__).parent / 'varied_reward.py'}:varied_reward",

@@ -37,7 +37,7 @@ TINY = [
     "trainer.max_steps=2", "rollout.prompts_per_step=2", "rollout.n=4", "trainer.mini_batch_prompts=2",
     "parallel.micro_batch_size=4", "rollout.max_response_length=24", "data.val_size=4", "data.test_size=4", "trainer.val_before_train=false",
     "rollout.verify_refit_every=1", "rollout.engine_kv_cache_mb=128", "logging.progress_bar=false",
-    "logging.tensorboard=false", "reward.num_workers=1", "trainer.torch_threads=1", "checkpoint.save_every=0",
+    "logging.tensorboard=false", "logging.plots=false", "reward.num_workers=1", "trainer.torch_threads=1", "checkpoint.save_every=0",
 ]
 
 

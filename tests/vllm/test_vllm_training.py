@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.long(150)]
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = "qwen2_tiny_text_fastrl_grpo_vllm_cpu"
-COMMON = ["logging.progress_bar=false", "logging.tensorboard=false", "reward.num_workers=1", "trainer.torch_threads=1",
+COMMON = ["logging.progress_bar=false", "logging.tensorboard=false", "logging.plots=false", "reward.num_workers=1", "trainer.torch_threads=1",
           "checkpoint.save_every=0"]
 BOUND_S = 30
 LONG = ("trainer.max_steps=500", "trainer.epochs=100")  # still training when the engine is killed
