@@ -22,8 +22,9 @@ export TOKENIZERS_PARALLELISM := false
 
 .PHONY: run test lint setup system venv vllm-venv clean-venv
 
-# Recipes named *vllm* run the vLLM engine process: they need .venv-vllm too.
-run: setup $(if $(findstring vllm,$(RECIPE)),vllm-venv)
+# Recipes named *vllm*, and ARGS that name vllm (rollout.engine=vllm), run the vLLM engine process:
+# they need .venv-vllm too.
+run: setup $(if $(findstring vllm,$(RECIPE) $(ARGS)),vllm-venv)
 	$(PY) -m fastrl.train --recipe $(RECIPE) $(RUN_FLAGS) $(ARGS)
 
 test: setup vllm-venv lint

@@ -8,7 +8,8 @@ samples: vLLM seeds each request, the HF engine one torch generator; so per-step
 only the 10-step means are compared); (c) an engine killed mid-run stops the run within
 ``rollout.engine_timeout_s`` with one line naming the engine and its exit status (that an engine
 never outlives its killed parent: tests/vllm/test_engine_process.py); (d) a refit that never
-reaches the engine (the test double tests/vllm/lost_refit_train.py) is caught by the verification.
+reaches the engine (the test double tests/vllm/lost_refit_train.py) is caught by the verification;
+(e) the default recipe's tiny Qwen2.5-VL (images in every prompt) trains with the engine process.
 """
 
 from __future__ import annotations
@@ -128,3 +129,30 @@ def test_d_stale_engine_is_caught_by_the_refit_verification(tmp_path):
     assert len(errors) == 1, proc.stderr[-3000:]
     assert "RefitVerificationError: refit verification failed after refit 1" in errors[0]
     assert re.search(r"largest mismatching parameter group: (model\.layers\.\d|lm_head|model\.embed_tokens|model\.norm)", errors[0])
+
+
+def test_e_tiny_vision_language_policy_trains_with_the_engine_process(tmp_path):
+    # The default recipe's policy, a tiny Qwen2.5-VL, with rollout.engine=vllm: prompts carry their
+    # images to the engine process, which samples, and is refitted and verified after every step.
+    # The coin reward gives the untrained policy non-zero advantages, so the update changes the
+    # weights the refit must carry. Breakage caught: images dropped or resized differently on the
+    # engine side (its log-probs then differ from the trainer's, which sees the images: mismatch),
+    # a refit that misses the vision tower or the language model (refit_verify after step 1).
+    recipe = "easyvqa_tiny_fastrl_grpo_cpu"
+    cmd = [sys.executable, "-m", "fastrl.train", "--recipe", recipe, f"logging.output_dir={tmp_path}", *COMMON,
+           "rollout.engine=vllm", "warm_start.enabled=false", "reward.name=tests/functional/coin_rewards.py:one_in_two",
+           "trainer.max_steps=2", "rollout.prompts_per_step=4", "rollout.n=4", "trainer.mini_batch_prompts=2",
+           "parallel.micro_batch_size=4", "rollout.max_response_length=16", "data.val_size=8",
+           "data.max_train_samples=64", "trainer.val_before_train=false", "trainer.val_every=0",
+           "rollout.verify_refit_every=1", "rollout.verify_refit_tolerance=1e-4"]
+    proc = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert re.search(r"vllm engine process of rank pid \d+: pid \d+, vLLM", proc.stdout + proc.stderr)
+    records = [r for r in map(json.loads, (tmp_path / recipe / "metrics.jsonl").read_text().splitlines())
+               if r["kind"] == "train"]
+    assert [r["step"] for r in records] == [1, 2]
+    for r in records:
+        assert r["advantage/abs_mean"] > 0.1, r["step"]  # a live policy-gradient term
+        assert r["mismatch/abs_diff_max"] <= 1e-4, r["step"]  # every sampled token, fp32
+        assert r["refit_verify/abs_diff_max"] <= 1e-4, r["step"]
+        assert r["refit/tensors"] > 0 and r["refit/bytes"] > 0
