@@ -124,6 +124,30 @@ class PolicyBatch:
             raise TypeError(f"PolicyBatch has no per-rollout tensor {unknown}; known: {list(ROW_TENSORS)}")
         return replace(self, **tensors)
 
+    def trimmed(self, multiple: int = 1) -> "PolicyBatch":
+        """The batch cut to its last column holding a real token of any row, rounded up to
+        ``multiple`` (at most ``T``): the right padding that only a longer row elsewhere (another
+        micro-batch) needed is dropped. Per-token tensors are cut alike; ``self`` when nothing is cut.
+
+        Raises:
+            ValueError: ``multiple < 1``.
+        """
+        if multiple < 1:
+            raise ValueError(f"multiple must be >= 1, got {multiple}")
+        used = torch.nonzero(self.attention_mask.any(dim=0))
+        last = int(used[-1]) + 1 if used.numel() else 1
+        t = min(self.seq_length, -(-last // multiple) * multiple)
+        if t == self.seq_length:
+            return self
+        return PolicyBatch(
+            input_ids=self.input_ids[:, :t],
+            attention_mask=self.attention_mask[:, :t],
+            response_mask=self.response_mask[:, :t],
+            pixel_values=self.pixel_values,
+            image_grid_thw=self.image_grid_thw,
+            **{k: (v[:, :t] if k in TOKEN_TENSORS else v) for k, v in self.row_tensors().items()},
+        )
+
     def micro_batches(self, size: int) -> Iterator["PolicyBatch"]:
         """Consecutive micro-batches of ``size`` rollouts.
 

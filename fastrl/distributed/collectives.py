@@ -54,6 +54,15 @@ def pipeline_is_last_stage() -> bool:
     return mpu.is_pipeline_last_stage()
 
 
+def pipeline_size() -> int:
+    """Pipeline-parallel stages of this rank's model replica (1 without torch.distributed)."""
+    if not _dist_ready():
+        return 1
+    from megatron.core import parallel_state as mpu
+
+    return mpu.get_pipeline_model_parallel_world_size()
+
+
 def all_reduce_sum_dp(value: torch.Tensor) -> torch.Tensor:
     """Sum of ``value`` over the data-parallel group (a new tensor on ``value``'s device)."""
     return all_reduce_dp(value, "sum")

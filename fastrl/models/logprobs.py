@@ -66,6 +66,21 @@ def _call_loss(loss_fn: Callable, mb: PolicyBatch, output: torch.Tensor, non_los
     return loss_fn(mb, output)
 
 
+def fit_micro_batches(micro_batches: list[PolicyBatch], sequence_multiple: int | None) -> list[PolicyBatch]:
+    """Each micro-batch at its own length: cut to its longest row rounded up to
+    ``sequence_multiple`` (:meth:`PolicyBatch.trimmed`; the FP8 / sequence-parallel multiple of
+    :func:`fastrl.training.rollout_batch.sequence_multiple`), so a micro-batch of short rollouts
+    does not compute on the padding that the rank batch's longest rollout needed.
+
+    Unchanged when ``sequence_multiple`` is None or with pipeline parallelism: megatron-core's
+    pipeline schedules send every micro-batch between stages in one fixed shape
+    ``[seq_length, micro_batch_size, hidden]`` (``pipeline_parallel.schedules.get_tensor_shapes``).
+    """
+    if sequence_multiple is None or collectives.pipeline_size() > 1:
+        return micro_batches
+    return [mb.trimmed(sequence_multiple) for mb in micro_batches]
+
+
 @torch.no_grad()
 def compute_log_probs(
     chunks: list[torch.nn.Module],
@@ -73,6 +88,7 @@ def compute_log_probs(
     *,
     micro_batch_size: int,
     temperature: float = 1.0,
+    sequence_multiple: int | None = None,
 ) -> torch.Tensor:
     """Per-token log-probs of ``batch`` under the model ``chunks`` (actor or reference policy).
 
@@ -83,6 +99,9 @@ def compute_log_probs(
         batch: N rollouts, N a multiple of ``micro_batch_size``.
         micro_batch_size: rollouts per forward micro-batch.
         temperature: sampling temperature of the rollouts.
+        sequence_multiple: None: every micro-batch runs at the batch's ``T``; else each at its own
+            longest row rounded up to this multiple (:func:`fit_micro_batches`), its log-probs
+            zero-padded back to ``T``.
 
     Returns:
         float32 [N, T] on every pipeline stage, on ``batch``'s device (micro-batches run on the
@@ -92,10 +111,12 @@ def compute_log_probs(
 
     for chunk in chunks:
         chunk.eval()
-    micro_batches = list(batch.micro_batches(micro_batch_size))
+    micro_batches = fit_micro_batches(list(batch.micro_batches(micro_batch_size)), sequence_multiple)
+    t = batch.seq_length
 
     def loss_fn(mb: PolicyBatch, logits: torch.Tensor) -> torch.Tensor:
-        return token_log_probs_from_logits(logits, mb.input_ids, temperature) * mb.response_mask
+        lp = token_log_probs_from_logits(logits, mb.input_ids, temperature) * mb.response_mask
+        return torch.nn.functional.pad(lp, (0, t - mb.seq_length))
 
     outputs = get_forward_backward_func()(
         forward_step_func=forward_step_fn(micro_batches, loss_fn),

@@ -7,7 +7,8 @@ One :meth:`Actor.update` is one optimizer step on one mini-batch (this DP rank's
 2. megatron-core's schedule (1F1B with pipeline parallelism) runs forward and backward over the
    micro-batches; each micro-batch's loss is ``sum(its token losses) / global denominator``
    (:mod:`fastrl.algorithms.losses`), so the losses of all micro-batches of all DP ranks add up to the
-   mini-batch loss, whatever the layout. megatron averages micro-batch losses over micro-batches and
+   mini-batch loss, whatever the layout. Without pipeline parallelism each micro-batch runs at its
+   own longest row (:func:`fastrl.models.logprobs.fit_micro_batches`). megatron averages micro-batch losses over micro-batches and
    gradients over DP ranks; the loss handed to it is scaled by ``micro-batches x DP size`` to undo both.
 3. Gradients are reduced over DP (all-reduce, or reduce-scatter with the DistributedOptimizer),
    clipped to the global norm, and megatron's Adam steps; the LR schedule moves to the update's
@@ -27,6 +28,7 @@ from fastrl.config import AlgorithmConfig, OptimizerConfig, ParallelConfig, Prec
 from fastrl.distributed import collectives
 from fastrl.models import logprobs as logprob_ops
 from fastrl.models.provider import MegatronPolicy
+from fastrl.training.rollout_batch import sequence_multiple
 
 #: The per-rollout tensors of a ``PolicyBatch`` an update needs.
 REQUIRED_TENSORS = ("advantages", "old_log_probs")
@@ -119,6 +121,7 @@ class Actor:
         self.policy = policy
         self.algorithm = algorithm
         self.micro_batch_size = parallel.micro_batch_size
+        self.sequence_multiple = sequence_multiple(precision, parallel)
         self.temperature = temperature
         self.policy_version = 0
         self.optimizer = build_optimizer(policy, optimizer, parallel, precision)
@@ -139,6 +142,7 @@ class Actor:
         return logprob_ops.compute_log_probs(
             self.policy.chunks, batch, micro_batch_size=self.micro_batch_size,
             temperature=self.temperature if temperature is None else temperature,
+            sequence_multiple=self.sequence_multiple,
         )
 
     # ---- loss -------------------------------------------------------------------------------
@@ -225,6 +229,7 @@ class Actor:
             for size in micro_sizes:
                 bounds.append(bounds[-1] + size)
             micro_batches = [batch.select(range(a, b)) for a, b in zip(bounds[:-1], bounds[1:])]
+        micro_batches = logprob_ops.fit_micro_batches(micro_batches, self.sequence_multiple)
         local = loss_denominator(batch.response_mask, self.agg_mode)
         global_den = collectives.all_reduce_sum_dp(local)  # the one DP reduction before the loss
         if float(global_den) <= 0:

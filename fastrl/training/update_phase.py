@@ -47,7 +47,10 @@ def add_log_probs(
             outs, start = [], 0
             for size in sizes:
                 part = batch.select(range(start, start + size))
-                outs.append(lp_ops.compute_log_probs(chunks, part, micro_batch_size=size, temperature=actor.temperature))
+                outs.append(lp_ops.compute_log_probs(
+                    chunks, part, micro_batch_size=size, temperature=actor.temperature,
+                    sequence_multiple=actor.sequence_multiple,
+                ))
                 start += size
             return torch.cat(outs, dim=0)
     else:
@@ -56,7 +59,8 @@ def add_log_probs(
 
         def run(chunks: list[Any]) -> Any:
             return lp_ops.compute_log_probs(
-                chunks, inputs, micro_batch_size=micro_batch_size, temperature=actor.temperature
+                chunks, inputs, micro_batch_size=micro_batch_size, temperature=actor.temperature,
+                sequence_multiple=actor.sequence_multiple,
             )[:n]
     with phase("old"):
         old = run(actor.policy.chunks) if micro_batch_tokens > 0 else actor.log_probs(inputs)[:n]

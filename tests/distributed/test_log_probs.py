@@ -40,12 +40,24 @@ def _assemble(results: list[dict]) -> torch.Tensor:
     return torch.cat([by_dp[k] for k in sorted(by_dp)])
 
 
+def _assert_micro_batches_cut(results: list[dict], batch, pp: int) -> None:
+    """Each one-rollout micro-batch ran at its own row's length (5-11 tokens of T = 12), except with
+    pipeline parallelism, whose stages exchange one fixed shape: there every forward got T.
+    Breakage caught: micro-batches padded to the batch's longest row (the cost of issue 29, item 10),
+    or cut under PP (megatron's P2P shapes would no longer match)."""
+    lengths = batch.lengths.tolist()
+    for r in results:
+        want = [batch.seq_length] * len(r["rows"]) if pp > 1 else [lengths[i] for i in r["rows"]]
+        assert r["seen_lengths"] == want, (r["dp_rank"], r["pp_rank"], r["seen_lengths"])
+
+
 @pytest.mark.parametrize("world, tp, pp", LAYOUTS)
 def test_qwen2_log_probs_match_hf(qwen2_path, world, tp, pp):
     batch = make_batch()
     expected = hf_log_probs(qwen2_path, batch)
     results = run_distributed(log_probs_worker, world, qwen2_path, tp, pp, False)
     _assert_export_is_exact(results, qwen2_path)
+    _assert_micro_batches_cut(results, batch, pp)
     got = _assemble(results)
     assert got.shape == expected.shape
     assert (got[batch.response_mask] < 0).all()

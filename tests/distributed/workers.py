@@ -95,11 +95,18 @@ def log_probs_worker(hf_dir: Path, tp: int, pp: int, images: bool, precision: st
     batch = make_batch(image_token=image_token_id(hf_dir) if images else None)
     share = len(batch) // ctx.dp_size
     mine = batch.select(range(ctx.dp_rank * share, (ctx.dp_rank + 1) * share))
-    lp = compute_log_probs(policy.chunks, mine, micro_batch_size=1)
+    seen: list[int] = []  # the sequence length each forward of the first chunk was given
+
+    def record(module: Any, args: tuple, kwargs: dict) -> None:
+        seen.append(int(kwargs["input_ids"].shape[1]))
+
+    hook = policy.chunks[0].register_forward_pre_hook(record, with_kwargs=True)
+    lp = compute_log_probs(policy.chunks, mine, micro_batch_size=1, sequence_multiple=1)
+    hook.remove()
     exported = {name: t.clone() for name, t in export_hf_weights(policy)}
     return {
         "dp_rank": ctx.dp_rank, "tp_rank": ctx.tp_rank, "pp_rank": ctx.pp_rank, "log_probs": lp,
-        "exported": exported if ctx.rank == 0 else None,
+        "exported": exported if ctx.rank == 0 else None, "seen_lengths": seen, "rows": list(range(ctx.dp_rank * share, (ctx.dp_rank + 1) * share)),
     }  # fmt: skip
 
 
