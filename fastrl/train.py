@@ -4,7 +4,9 @@ Parses the recipe and overrides, then (unless ``--dry-run``) initializes the par
 runs the trainer. ``--describe`` lists every config key with its value and documentation.
 
 Exit codes: 0 finished (or a stage ended, or a stop signal was honoured after a save); 2 the
-config was refused (one line ``fastrl.train: config error: ...``); 1 an error after start-up: one
+config was refused, or this machine cannot run it (FP8 without Transformer Engine; ``--dry-run``
+still prints such a recipe's plan, with a line saying so): one line ``fastrl.train: config
+error: ...``; 1 an error after start-up: one
 line ``fastrl.train: error: ...`` and where the run's full log with the traceback is (``--debug``
 prints the traceback here too).
 """
@@ -19,7 +21,7 @@ from pathlib import Path
 from typing import Sequence
 
 from fastrl.cli import apply_overrides, check_names, describe_config, format_config
-from fastrl.config import ConfigError, RunConfig
+from fastrl.config import ConfigError, RunConfig, check_machine_supports
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -90,7 +92,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             from fastrl.models.memory_plan import dry_run_report
 
             print(dry_run_report(config))
+        try:
+            check_machine_supports(config.precision)
+        except ConfigError as err:  # planning needs no GPU libraries; training here would be refused
+            print(f"# not trainable on this machine: {err}")
         return 0
+    try:
+        check_machine_supports(config.precision)
+    except ConfigError as err:
+        print(f"fastrl.train: config error: {err}", file=sys.stderr)
+        return 2
     from fastrl.training.run import log_file, run  # heavy imports only when training
 
     try:

@@ -20,14 +20,13 @@ from recipes import get_recipe, list_recipes  # noqa: E402
 def recipes_markdown(names: list[str] | None = None) -> str:
     """The table of ``docs/parallelism.md`` ("The shipped GPU recipes"): every GPU recipe's timeline
     (total GiB per GPU per phase, both kinds of GPU), smallest margin and KV waves, recipes with
-    identical numbers on one row (fp8 recipes as their bf16 siblings)."""
+    identical numbers on one row (an fp8 recipe plans like its bf16 sibling: bf16 weights, fp32
+    gradients and optimizer state alike)."""
     names = names or [n for n in list_recipes() if n.startswith("qwen25vl_")]
     groups: dict[tuple, list[str]] = {}
     plans: dict[tuple, MemoryPlan] = {}
     for name in names:
-        # an fp8 recipe plans as its bf16 sibling (bf16 weights, fp32 gradients and optimizer state
-        # alike); it cannot be built where Transformer Engine is missing
-        cfg = get_recipe(name[: -len("_fp8")] + "_bf16" if name.endswith("_fp8") else name)
+        cfg = get_recipe(name)
         plan = estimate_memory(cfg, cfg.parallel.world_size, cfg.parallel.gpu_memory_gib)
         sp = " SP" if cfg.parallel.sequence_parallel else ""
         key = (f"{plan.gpu_memory_gib:g}", f"{plan.tp} {plan.pp} {plan.dp}{sp}",

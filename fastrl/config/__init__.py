@@ -18,7 +18,7 @@ Only this package defines defaults; nothing else repeats them. Modules:
 
 from fastrl.config.algorithm import AdaptiveSamplingConfig, AlgorithmConfig, PruningConfig, RolloutConfig
 from fastrl.config.fields import ConfigError, doc, section, transformer_engine_available
-from fastrl.config.model import ModelConfig, ParallelConfig, PrecisionConfig
+from fastrl.config.model import ModelConfig, ParallelConfig, PrecisionConfig, check_machine_supports
 from fastrl.config.run import RunConfig, field_docs
 from fastrl.config.training import (
     CheckpointConfig,
@@ -52,5 +52,6 @@ __all__ = [
     "doc",
     "field_docs",
     "section",
+    "check_machine_supports",
     "transformer_engine_available",
 ]

@@ -189,9 +189,19 @@ class PrecisionConfig:
             "precision.fp8_recipe='mxfp8' does not support precision.fp8_format='hybrid' "
             "(MXFP8 uses e4m3 block scales); set precision.fp8_format=e4m3",
         )
-        _check(
-            transformer_engine_available(),
-            "precision.mode='fp8' needs NVIDIA Transformer Engine, which is not importable here; "
-            "install requirements/gpu.txt on a CUDA machine, or choose precision.mode=bf16. "
-            "FastRL never falls back to bf16 silently when FP8 was requested.",
-        )
+
+
+def check_machine_supports(precision: PrecisionConfig) -> None:
+    """The check, before training starts on this machine, that it can run ``precision``: FP8 needs
+    NVIDIA Transformer Engine's PyTorch layers. A property of the machine, not of the config:
+    ``--dry-run`` and ``--describe`` plan and print FP8 recipes anywhere.
+
+    Raises:
+        ConfigError: ``precision.mode='fp8'`` and Transformer Engine is not importable here.
+    """
+    _check(
+        precision.mode != "fp8" or transformer_engine_available(),
+        "precision.mode='fp8' needs NVIDIA Transformer Engine, which is not importable here; "
+        "install requirements/gpu.txt on a CUDA machine, or choose precision.mode=bf16. "
+        "FastRL never falls back to bf16 silently when FP8 was requested.",
+    )

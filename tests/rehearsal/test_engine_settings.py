@@ -27,9 +27,6 @@ def test_gpu_recipes_verify_refits_at_their_precisions_bound(monkeypatch, recipe
     # A bf16 vLLM engine against a bf16 / FP8 megatron actor at another TP differs by rounding alone by
     # more than 1e-3. Breakage caught: the fp32 bound (1e-3) on every GPU recipe, which stopped the
     # 7B run with RefitVerificationError at its first check.
-    import fastrl.config.model as config_model
-
-    monkeypatch.setattr(config_model, "transformer_engine_available", lambda: True)  # the fp8 recipe
     FakeCuda(device_count=8, visible="0,1,2,3,4,5,6,7").install(monkeypatch)
     monkeypatch.setattr(engine_client, "EngineProcessClient", _Recorder)
     cfg = get_recipe(recipe)

@@ -173,6 +173,38 @@ def test_generating_rank_sleeps_level_2_and_refit_wakes_weights_only(monkeypatch
     ]
 
 
+def test_a_resumed_stage_sleeps_its_fresh_engine_before_the_resume_refit(monkeypatch):
+    # A resumed Slurm stage (or model.megatron_checkpoint): the engine starts awake (weights + KV
+    # cache) beside the loaded optimizer state. Breakage caught: refitting into the awake engine
+    # and sleeping only after the first generation (the whole engine share held through the resume,
+    # 89.7 GiB on the 7B layout's TP-rank GPUs), or sleeping after the refit (level 2 discards the
+    # weights just loaded).
+    from fastrl.rollout.engine import SamplingParams
+    from fastrl.training import generation, loop
+
+    cuda = FakeCuda(device_count=1).install(monkeypatch)
+    monkeypatch.setattr("torch.multiprocessing.reductions.reduce_tensor", FakeReduceTensor())
+    _gpu_pack(monkeypatch)
+    monkeypatch.setattr(update_phase, "export_hf_weights", _exporter([]))
+    client, server, llm = _gpu_engine(monkeypatch)
+    monkeypatch.setattr(server, "op_generate", lambda req: llm.calls.append(("generate",)) or {"outputs": [], "time_s": 0.0},
+                        raising=False)
+    monkeypatch.setattr(client, "generate", lambda *a, **k: client._call({"op": "generate"}), raising=False)
+    monkeypatch.setattr(SamplingParams, "for_training", classmethod(lambda cls, ro, seed: None))
+    actor = _actor()
+    run = types.SimpleNamespace(engine=client, actor=actor,
+                                ctx=types.SimpleNamespace(device=torch.device("cuda", 0), is_logging_rank=False))
+    io = types.SimpleNamespace(resume=lambda state, actor_: "checkpoints/step_00000002")
+    assert loop.resume(run, types.SimpleNamespace(), io) == "checkpoints/step_00000002"
+    assert ("empty_cache",) in cuda.calls  # the load's cached blocks are given back first
+    generation.generate(client, types.SimpleNamespace(prompt_of=lambda r: r), [(0, "p")], 1,
+                        rollout=types.SimpleNamespace(seed=0), seed=1, dp_rank=0)
+    assert llm.calls == [
+        ("sleep", 2), ("wake_up", ("weights",)), *[("reload_weights", [n]) for n, _ in WEIGHTS],
+        ("wake_up", ("kv_cache",)), ("reset_prefix_cache",), ("generate",),
+    ]
+
+
 def test_a_tp_engine_opens_the_ipc_bucket_in_each_worker_and_no_cuda_tensor_is_pickled(monkeypatch):
     # The 32B / 72B recipes' engine (TP8; two workers here). Breakage caught: the engine opening the
     # bucket itself and handing its views to collective_rpc: vLLM's multiproc executor pickles them,
@@ -346,12 +378,10 @@ def test_only_the_model_parallel_source_builds_an_engine_seeing_its_tp_groups_gp
     # 32B recipe: trainer TP8 PP2, engine TP8, one node's 8 ranks per stage. Breakage caught: every
     # rank building an engine (local ranks 1-7: physical_gpus raised ValueError, "needs GPUs 1..8");
     # a TP8 engine that sees only its own rank's GPU under --gpus-per-task=1.
-    import fastrl.config.model as config_model
     from fastrl.training import parts
     from fastrl.training.engine_placement import EnginelessPeer, build_rank_engine
     from recipes.registry import get_recipe
 
-    monkeypatch.setattr(config_model, "transformer_engine_available", lambda: True)
     cfg = get_recipe("qwen25vl_32b_fastrl_grpo_geo3k_h100_bf16")
     assert cfg.rollout.engine_tensor_parallel_size == 8
     monkeypatch.setattr(engine_client, "EngineProcessClient", _Recorder)

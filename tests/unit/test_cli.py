@@ -87,6 +87,28 @@ def test_dry_run_refuses_config_holes(capsys):
     assert "reward.name='no_such_reward': unknown reward" in capsys.readouterr().err
 
 
+def test_fp8_recipe_plans_anywhere_and_trains_only_with_transformer_engine(capsys, monkeypatch):
+    # The memory timeline of an FP8 GPU recipe is printed on a machine without Transformer Engine
+    # (with a line saying training here is refused); training it here stops before anything starts.
+    # Breakage caught: the check back in the config (no --dry-run plan for 28 shipped recipes), or
+    # no check at all (FP8 accepted, failing only when the first TE layer is built).
+    import fastrl.config.model as config_model
+
+    monkeypatch.setattr(config_model, "transformer_engine_available", lambda: False)
+    recipe = "qwen25vl_7b_fastrl_grpo_geo3k_h100_fp8"
+    assert main(["--recipe", recipe, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert '"mode": "fp8"' in out and "# memory plan" in out and "fits" in out
+    assert "# not trainable on this machine: precision.mode='fp8' needs NVIDIA Transformer Engine" in out
+
+    def no_training(config):  # pragma: no cover - reached only when the check is missing
+        raise AssertionError("training started")
+
+    monkeypatch.setattr("fastrl.training.run.run", no_training)
+    assert main(["--recipe", recipe]) == 2
+    assert "fastrl.train: config error: precision.mode='fp8' needs NVIDIA Transformer Engine" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("debug", [False, True])
 def test_error_after_start_up_is_one_line_and_names_the_log(tmp_path, monkeypatch, capsys, debug):
     import fastrl.training.run as training_run

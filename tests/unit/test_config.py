@@ -67,16 +67,19 @@ def test_group_relative_estimator_needs_two_responses():
         RunConfig(rollout=cfg.RolloutConfig(n=1), adaptive_sampling=cfg.AdaptiveSamplingConfig(enabled=False))
 
 
-def test_fp8_without_transformer_engine_is_refused(monkeypatch):
+def test_fp8_without_transformer_engine_is_refused_before_training(monkeypatch):
+    # The config itself is machine-independent (--dry-run plans FP8 recipes on a laptop); the
+    # machine check before training refuses FP8 where Transformer Engine is missing.
     monkeypatch.setattr(config_model, "transformer_engine_available", lambda: False)
+    fp8 = cfg.PrecisionConfig(mode="fp8")
     with pytest.raises(ConfigError, match="Transformer Engine, which is not importable"):
-        cfg.PrecisionConfig(mode="fp8")
-    # bf16 never needs it
-    assert cfg.PrecisionConfig(mode="bf16").params_dtype == "bfloat16"
-
-
-def test_fp8_known_bad_combination(monkeypatch):
+        cfg.check_machine_supports(fp8)
+    cfg.check_machine_supports(cfg.PrecisionConfig(mode="bf16"))  # bf16 never needs it
     monkeypatch.setattr(config_model, "transformer_engine_available", lambda: True)
+    cfg.check_machine_supports(fp8)
+
+
+def test_fp8_known_bad_combination():
     with pytest.raises(ConfigError, match="mxfp8.*hybrid"):
         cfg.PrecisionConfig(mode="fp8", fp8_recipe="mxfp8", fp8_format="hybrid")
     ok = cfg.PrecisionConfig(mode="fp8", fp8_recipe="mxfp8", fp8_format="e4m3")

@@ -9,12 +9,10 @@ import pytest
 
 from fastrl import config as cfg
 from fastrl.config import ConfigError, RunConfig
-from fastrl.config import model as config_model
 
 
 @pytest.fixture()
-def fp8(monkeypatch):
-    monkeypatch.setattr(config_model, "transformer_engine_available", lambda: True)
+def fp8():
     return lambda recipe="delayed": cfg.PrecisionConfig(mode="fp8", fp8_recipe=recipe, fp8_format="e4m3")
 
 
