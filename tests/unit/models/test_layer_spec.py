@@ -21,11 +21,6 @@ def test_fp8_without_transformer_engine_fails_at_construction(monkeypatch):
         choose_layers(precision, te_available=False)
 
 
-def test_fp8_config_is_refused_without_transformer_engine():
-    with pytest.raises(ConfigError, match="Transformer Engine"):
-        PrecisionConfig(mode="fp8")
-
-
 def test_fp8_with_transformer_engine_uses_te_layers_and_megatron_fp8_fields(monkeypatch):
     precision = _fp8(monkeypatch, fp8_format="hybrid", fp8_recipe="delayed", fp8_amax_history_len=16)
     choice = choose_layers(precision, te_available=True)
