@@ -449,7 +449,8 @@ def visible_gpu_count() -> int:
     code = "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
-        raise RuntimeError((proc.stderr.strip().splitlines() or ["no output"])[-1])
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"counting the GPUs in a child process ({sys.executable}) failed: {last}")
     return int(proc.stdout.strip().splitlines()[-1])
 
 

@@ -2,7 +2,7 @@
 
 :class:`FakeCuda` replaces the ``torch.cuda`` functions the GPU path calls at the lowest level
 (device count and visibility, ``set_device`` / ``current_device``, the caching allocator's memory
-calls) with ones that behave like the CUDA runtime on a node with ``device_count`` visible GPUs
+calls, the device's properties, the CUDA generator's state) with ones that behave like the CUDA runtime on a node with ``device_count`` visible GPUs
 (``set_device`` outside that range raises CUDA's "invalid device ordinal") and record every call in
 :attr:`FakeCuda.calls`, so that a test asserts what the GPU branch did.
 
@@ -42,6 +42,7 @@ class FakeCuda:
         self.current = 0
         self.allocated = 0
         self.reserved = 0
+        self.rng_state = torch.zeros(16, dtype=torch.uint8)
         self.calls: list[tuple[Any, ...]] = []
 
     # ---- the replaced functions -------------------------------------------------------------
@@ -81,11 +82,26 @@ class FakeCuda:
     def current_stream(self, device: Any = None) -> "_Stream":
         return _Stream(self)
 
+    def get_device_properties(self, device: Any = None) -> types.SimpleNamespace:
+        index = self.current if device is None else (device.index if isinstance(device, torch.device) else int(device))
+        self.calls.append(("get_device_properties", index))
+        return types.SimpleNamespace(name="fake GPU", total_memory=self.total_bytes)
+
+    def get_rng_state(self, device: Any = "cuda") -> torch.Tensor:
+        """The generator state of the current device (a byte tensor, as torch's)."""
+        self.calls.append(("get_rng_state",))
+        return self.rng_state.clone()
+
+    def set_rng_state(self, new_state: torch.Tensor, device: Any = "cuda") -> None:
+        self.calls.append(("set_rng_state",))
+        self.rng_state = new_state.clone()
+
     # ---- installing ---------------------------------------------------------------------------
 
     REPLACED = (
         "is_available", "device_count", "set_device", "current_device", "empty_cache", "synchronize",
-        "memory_allocated", "memory_reserved", "mem_get_info", "current_stream",
+        "memory_allocated", "memory_reserved", "mem_get_info", "current_stream", "get_device_properties",
+        "get_rng_state", "set_rng_state",
     )
 
     def install(self, monkeypatch: Any) -> "FakeCuda":

@@ -1,0 +1,200 @@
+"""GPU rehearsal of the branches a GPU run takes outside the engine: the start-up memory check on
+the device's own memory, the CUDA generator's state in checkpoints, where NCCL collectives put their
+tensors, and the engine's refusals when CUDA cannot start or a restart cannot replay its weights.
+
+The CUDA layer is :class:`FakeCuda` (``torch.cuda`` replaced at its lowest level); each test says
+which broken build it catches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import sys
+import types
+
+import pytest
+import torch
+
+from fastrl.checkpoint import actor_state
+from fastrl.config import ConfigError
+from fastrl.distributed import collectives
+from fastrl.distributed.parallel_state import ParallelContext
+from fastrl.rollout.engine_client import EngineError
+from fastrl.training import parts
+from recipes import get_recipe
+from tests.rehearsal.fake_cuda import FakeCuda, FakeReduceTensor, cuda_typed
+from tests.rehearsal.test_refit_lifecycle import WEIGHTS, _gpu_engine, _gpu_pack, _server_module
+
+R7B = "qwen25vl_7b_fastrl_grpo_geo3k_h100_bf16"
+GIB = 2**30
+
+#: config.json of Qwen/Qwen2.5-VL-7B-Instruct on the hub (the fields the memory plan's counts need)
+HF_7B = {
+    "model_type": "qwen2_5_vl", "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
+    "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064, "tie_word_embeddings": False,
+    "vision_config": {"depth": 32, "hidden_size": 1280, "intermediate_size": 3420, "num_heads": 16, "in_chans": 3,
+                      "out_hidden_size": 3584, "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2},
+}
+
+
+def _context(cfg, rank: int = 0) -> ParallelContext:
+    """Rank ``rank`` of the recipe's layout on ``cuda:0``."""
+    p = cfg.parallel
+    world = p.world_size
+    return ParallelContext(
+        backend="nccl", rank=rank, world_size=world, tp_size=p.tensor_model_parallel_size,
+        pp_size=p.pipeline_model_parallel_size, dp_size=p.dp_size(world), tp_rank=0, pp_rank=0, dp_rank=0,
+        dp_group=None, device=torch.device("cuda", 0),
+    )
+
+
+@pytest.fixture()
+def policy_dir_7b(tmp_path):
+    path = tmp_path / "Qwen2.5-VL-7B-Instruct"
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps(HF_7B))
+    return path
+
+
+# ---- the start-up memory check -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("device_gib", "planned_gib"), [(79.6, 79.6), (140.4, 79.6)])
+def test_start_up_plans_on_the_smaller_of_the_device_and_the_recipe(monkeypatch, caplog, policy_dir_7b,
+                                                                    device_gib, planned_gib):
+    # Breakage caught: the check reading another device's memory or ignoring it (an H200 would then
+    # plan on 140 GiB for a recipe sized for 80), the device query off the current device, or no
+    # plan logged by rank 0 before any model is built.
+    cuda = FakeCuda(device_count=8, total_bytes=int(device_gib * GIB)).install(monkeypatch)
+    cfg = get_recipe(R7B)
+    with caplog.at_level(logging.INFO, logger="fastrl.memory"):
+        parts._check_memory(cfg, _context(cfg), policy_dir_7b)
+    assert cuda.calls == [("get_device_properties", 0)]
+    logged = [r.getMessage() for r in caplog.records if r.name == "fastrl.memory"]
+    assert len(logged) == 1
+    assert logged[0].startswith(f"memory plan ({policy_dir_7b}, TP2 PP1 DP4, {planned_gib:.1f} GiB per GPU): ")
+    assert ": fits\n" in logged[0] and "resumed stage      generating" in logged[0]
+
+
+def test_start_up_refuses_a_device_too_small_before_building_anything(monkeypatch, caplog, policy_dir_7b):
+    # Breakage caught: a 40 GiB device accepted because the plan used the recipe's 79.6 GiB instead
+    # of the smaller device (the run would die of out-of-memory in its first generation); a non-zero
+    # rank logging the plan.
+    FakeCuda(device_count=8, total_bytes=40 * GIB).install(monkeypatch)
+    cfg = get_recipe(R7B)
+    with pytest.raises(ConfigError, match=r"40\.0 GiB per GPU.*DOES NOT FIT"):
+        parts._check_memory(cfg, _context(cfg), policy_dir_7b)
+    FakeCuda(device_count=8, total_bytes=int(79.6 * GIB)).install(monkeypatch)
+    with caplog.at_level(logging.INFO, logger="fastrl.memory"):
+        parts._check_memory(cfg, _context(cfg, rank=3), policy_dir_7b)
+    assert not [r for r in caplog.records if r.name == "fastrl.memory"]
+
+
+def test_start_up_without_counts_says_so(monkeypatch, caplog, tmp_path):
+    # Breakage caught: a model directory whose config.json lacks the counts crashing the start-up
+    # (the plan is a check, not a requirement) or passing without a word.
+    FakeCuda(device_count=8).install(monkeypatch)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2_5_vl"}))
+    cfg = get_recipe(R7B)
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, hf_path=str(tmp_path)))
+    with caplog.at_level(logging.INFO, logger="fastrl.memory"):
+        parts._check_memory(cfg, _context(cfg), tmp_path)
+    assert [r.getMessage() for r in caplog.records if r.name == "fastrl.memory"] == [f"memory plan: no counts in {tmp_path}"]
+
+
+# ---- the CUDA generator in checkpoints ----------------------------------------------------------
+
+
+def test_the_cuda_generator_state_is_saved_and_restored(monkeypatch, tmp_path):
+    # Breakage caught: a GPU run's checkpoint without the CUDA generator's state (dropout and any
+    # sampling on the GPU then differ after a resume), or a resume that does not put it back.
+    cuda = FakeCuda(device_count=1).install(monkeypatch)
+    cuda.rng_state = torch.arange(16, dtype=torch.uint8)
+    path = tmp_path / "rng.pt"
+    torch.save(actor_state.rng_state(), path)
+    cuda.rng_state = torch.zeros(16, dtype=torch.uint8)  # the generator moves on
+    actor_state.set_rng_state(torch.load(path, weights_only=False))
+    assert torch.equal(cuda.rng_state, torch.arange(16, dtype=torch.uint8))
+    assert cuda.calls == [("get_rng_state",), ("set_rng_state",)]
+
+
+def test_a_cpu_checkpoint_resumes_on_a_gpu_without_touching_its_generator(monkeypatch):
+    # Breakage caught: restoring a CUDA state that a CPU run never saved (KeyError at resume).
+    cuda = FakeCuda(device_count=1).install(monkeypatch)
+    state = actor_state.rng_state()
+    del state["cuda"]
+    actor_state.set_rng_state(state)
+    assert cuda.calls == [("get_rng_state",)]
+
+
+# ---- NCCL collectives take their tensors on the current GPU --------------------------------------
+
+
+def test_nccl_collectives_move_tensors_to_the_current_gpu(monkeypatch):
+    # Breakage caught: a CPU tensor handed to an NCCL collective ("No backend type associated with
+    # device type cpu"), or the tensor sent to cuda:0 when this rank's GPU is another.
+    cuda = FakeCuda(device_count=8).install(monkeypatch)
+    torch.cuda.set_device(5)
+    group = object()
+    monkeypatch.setattr(collectives.dist, "get_backend", lambda g: "nccl" if g is group else "gloo")
+    assert collectives.comm_device(group, torch.device("cpu")) == torch.device("cuda", 5)
+    assert collectives.comm_device(object(), torch.device("cpu")) == torch.device("cpu")  # gloo: where it is
+    assert collectives.comm_device(None, torch.device("cpu")) == torch.device("cpu")
+    assert cuda.calls == [("set_device", 5)]
+
+
+# ---- the engine's refusals -----------------------------------------------------------------------
+
+
+def test_an_engine_restart_after_a_cuda_ipc_refit_is_refused(monkeypatch):
+    # Breakage caught: a restarted engine serving the model directory's weights after refits, when
+    # the CUDA IPC transport (which keeps no copy of the weights) has nothing to replay.
+    FakeCuda(device_count=1).install(monkeypatch)
+    monkeypatch.setattr("torch.multiprocessing.reductions.reduce_tensor", FakeReduceTensor())
+    _gpu_pack(monkeypatch)
+    client, _server, llm = _gpu_engine(monkeypatch)
+    killed: list = []
+    client._kill = lambda: killed.append(True)
+    client.update_weights((name, cuda_typed(t.clone())) for name, t in WEIGHTS)
+    assert client.weight_version == 1 and set(llm.loaded) == {name for name, _ in WEIGHTS}
+    with pytest.raises(EngineError, match="cannot restart: the CUDA IPC refit keeps no copy of the current weights"):
+        client.restart()
+    assert killed == []  # the running engine is left as it was
+
+
+@pytest.fixture()
+def failing_cuda_child(monkeypatch, tmp_path):
+    """The engine's GPU count runs ``sys.executable -c ...`` in a child: here a child whose CUDA
+    driver fails to start, as torch reports it."""
+    script = tmp_path / "python"
+    script.write_text("#!/bin/sh\necho 'RuntimeError: CUDA driver initialization failed, you might not have a CUDA gpu.' >&2\nexit 1\n")
+    script.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(script))
+
+
+def test_an_engine_whose_cuda_cannot_start_is_refused_with_the_cause(monkeypatch, failing_cuda_child):
+    # Breakage caught: a child that cannot start CUDA counted as 0 GPUs (the refusal would then
+    # blame the launcher's binding instead of the driver) or the failure escaping the engine's
+    # start-up as a traceback the client cannot read.
+    module = _server_module(monkeypatch)
+    with pytest.raises(RuntimeError, match="CUDA driver initialization failed"):
+        module.visible_gpu_count()
+    reply = module.check_gpus({"llm_kwargs": {"tensor_parallel_size": 2}})
+    assert not reply["ok"] and reply["kind"] == "environment"
+    assert "cannot start CUDA (RuntimeError: counting the GPUs in a child process (" in reply["error"]
+    assert "failed: RuntimeError: CUDA driver initialization failed" in reply["error"]
+    assert module.check_gpus({"llm_kwargs": {"tensor_parallel_size": 1}}) is None  # one GPU: never counted
+
+
+def test_fake_cuda_records_only_what_the_branch_called(monkeypatch):
+    # The fake itself: replaced functions record, nothing else does (a test asserting calls == [...]
+    # would otherwise pass on calls the fake made up).
+    cuda = FakeCuda(device_count=2, total_bytes=8 * GIB).install(monkeypatch)
+    assert torch.cuda.is_available() and torch.cuda.device_count() == 2 and cuda.calls == []
+    assert torch.cuda.get_device_properties(torch.device("cuda", 1)).total_memory == 8 * GIB
+    with pytest.raises(RuntimeError, match="invalid device ordinal"):
+        torch.cuda.set_device(2)
+    assert cuda.calls == [("get_device_properties", 1), ("set_device", 2)]
+    assert isinstance(torch.cuda.get_device_properties(0), types.SimpleNamespace)
