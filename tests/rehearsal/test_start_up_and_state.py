@@ -1,6 +1,6 @@
 """GPU rehearsal of the branches a GPU run takes outside the engine: the start-up memory check on
 the device's own memory, the CUDA generator's state in checkpoints, where NCCL collectives put their
-tensors, and the engine's refusals when CUDA cannot start or a restart cannot replay its weights.
+tensors, phase timing around asynchronous kernels, and the engine's refusals when CUDA cannot start or a restart cannot replay its weights.
 
 The CUDA layer is :class:`FakeCuda` (``torch.cuda`` replaced at its lowest level); each test says
 which broken build it catches.
@@ -143,6 +143,22 @@ def test_nccl_collectives_move_tensors_to_the_current_gpu(monkeypatch):
     assert collectives.comm_device(object(), torch.device("cpu")) == torch.device("cpu")  # gloo: where it is
     assert collectives.comm_device(None, torch.device("cpu")) == torch.device("cpu")
     assert cuda.calls == [("set_device", 5)]
+
+
+# ---- phase times on a GPU -------------------------------------------------------------------------
+
+
+def test_phase_times_wait_for_the_gpu_at_both_ends(monkeypatch):
+    # Breakage caught: a GPU phase timed without synchronizing (kernels still queued at the end of
+    # "update" would be charged to whatever phase synchronizes next), or a sync only at one end.
+    from fastrl.training.timers import PhaseTimer
+
+    cuda = FakeCuda(device_count=1).install(monkeypatch)
+    timer = PhaseTimer(sync=torch.cuda.synchronize)  # what build_parts gives a CUDA rank
+    with timer.phase("update"):
+        cuda.calls.append(("kernel",))
+    assert cuda.calls == [("synchronize",), ("kernel",), ("synchronize",)]
+    assert set(timer.pop()) == {"update", "step"}
 
 
 # ---- the engine's refusals -----------------------------------------------------------------------
