@@ -436,18 +436,35 @@ def check_environment(spec: dict) -> dict | None:
     return None
 
 
+#: What the child of :func:`visible_gpu_count` runs. torch's count never raises: a driver that cannot
+#: start gives 0 GPUs and a "CUDA initialization: ..." warning, which the child turns into its exit
+#: status and last line, so that the engine names the cause instead of blaming the GPU binding.
+GPU_COUNT_CODE = """
+import sys, warnings
+import torch
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    count = torch.cuda.device_count()
+failed = [str(w.message) for w in caught if "CUDA initialization" in str(w.message)]
+if failed:
+    sys.exit(failed[-1].splitlines()[0])
+print(count)
+"""
+
+
 def visible_gpu_count() -> int:
-    """GPUs CUDA sees in this process's environment, counted in a child process: counting here
-    would start the CUDA driver in the engine process, whose forked vLLM workers then could not
-    use CUDA (vLLM counts the same way, ``cuda_device_count_stateless``).
+    """GPUs CUDA sees in this process's environment, counted in a child process running
+    :data:`GPU_COUNT_CODE`: counting here would start the CUDA driver in the engine process, whose
+    forked vLLM workers then could not use CUDA (vLLM counts the same way,
+    ``cuda_device_count_stateless``).
 
     Raises:
-        RuntimeError: the child could not count (CUDA failed to start there).
+        RuntimeError: the child could not count: CUDA failed to start there (torch's "CUDA
+            initialization" warning, as its message) or the child failed otherwise.
     """
     import subprocess
 
-    code = "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-c", GPU_COUNT_CODE], capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise RuntimeError(f"counting the GPUs in a child process ({sys.executable}) failed: {last}")

@@ -96,7 +96,7 @@ def build_parts(cfg: RunConfig, ctx: ParallelContext, run_dir: Path) -> RunParts
     from fastrl.training.policy_source import prepare_policy_dir
     from fastrl.training.update_phase import refit, release_cached_memory
 
-    timer = PhaseTimer(sync=torch.cuda.synchronize if ctx.device.type == "cuda" else None)
+    timer = PhaseTimer.for_device(ctx.device)
     d = cfg.data
     train_split, val_split = load_train_val(
         d.dataset, d.train_path, d.val_path, on_bad_row=d.on_bad_row, cache_dir=d.cache_dir,

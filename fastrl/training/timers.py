@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 
 class PhaseTimer:
@@ -18,6 +18,17 @@ class PhaseTimer:
     def __init__(self, sync: Callable[[], None] | None = None) -> None:
         self._sync = sync
         self._totals: dict[str, float] = {}
+
+    @classmethod
+    def for_device(cls, device: Any) -> "PhaseTimer":
+        """The timer of a rank on ``device``: on a GPU it waits for the device
+        (``torch.cuda.synchronize``) before each reading of the clock, so that queued kernels are
+        charged to the phase that launched them; on the CPU it never waits."""
+        import torch
+
+        if torch.device(device).type != "cuda":
+            return cls()
+        return cls(sync=lambda: torch.cuda.synchronize(device))
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:

@@ -2,9 +2,10 @@
 
 :class:`FakeCuda` replaces the ``torch.cuda`` functions the GPU path calls at the lowest level
 (device count and visibility, ``set_device`` / ``current_device``, the caching allocator's memory
-calls, the device's properties, the CUDA generator's state) with ones that behave like the CUDA runtime on a node with ``device_count`` visible GPUs
-(``set_device`` outside that range raises CUDA's "invalid device ordinal") and record every call in
-:attr:`FakeCuda.calls`, so that a test asserts what the GPU branch did.
+calls, the device's properties, the CUDA generator's state) with ones that behave like the CUDA
+runtime on a node with ``device_count`` visible GPUs (``set_device`` outside that range raises
+CUDA's "invalid device ordinal") and record the calls that act on a device in
+:attr:`FakeCuda.calls` (:attr:`FakeCuda.RECORDED`), so that a test asserts what the GPU branch did.
 
 Usage (pytest)::
 
@@ -16,7 +17,7 @@ Usage (pytest)::
 from __future__ import annotations
 
 import types
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 from torch.multiprocessing.reductions import reduce_tensor as _real_reduce_tensor
@@ -27,18 +28,29 @@ class FakeCudaError(RuntimeError):
 
 
 class FakeCuda:
-    """``torch.cuda`` on ``device_count`` visible GPUs of ``total_bytes`` each, recording calls.
+    """``torch.cuda`` on ``device_count`` visible GPUs, recording the calls that act on a device or
+    ask about one by index (see :attr:`RECORDED`).
 
     Args:
         device_count: GPUs this process sees.
         visible: the ``CUDA_VISIBLE_DEVICES`` value set while installed (None: unset).
-        total_bytes: memory of each GPU (``mem_get_info``).
+        total_bytes: memory of each GPU (``get_device_properties``, ``mem_get_info``): one number
+            for all, or one per device.
     """
 
-    def __init__(self, device_count: int = 8, *, visible: str | None = None, total_bytes: int = 80 * 2**30) -> None:
+    #: What :attr:`calls` records: ``(name, device index)`` for ``set_device`` and
+    #: ``get_device_properties``, ``(name,)`` for the others. Queries without side effects
+    #: (``is_available``, ``device_count``, ``current_device``, the memory counters) are not recorded.
+    RECORDED = ("set_device", "empty_cache", "synchronize", "stream_synchronize", "get_device_properties",
+                "get_rng_state", "set_rng_state")
+
+    def __init__(self, device_count: int = 8, *, visible: str | None = None,
+                 total_bytes: int | Sequence[int] = 80 * 2**30) -> None:
         self.device_count_value = device_count
         self.visible = visible
-        self.total_bytes = total_bytes
+        self.total_bytes = [total_bytes] * device_count if isinstance(total_bytes, int) else list(total_bytes)
+        if len(self.total_bytes) != device_count:
+            raise ValueError(f"total_bytes has {len(self.total_bytes)} entries for {device_count} devices")
         self.current = 0
         self.allocated = 0
         self.reserved = 0
@@ -77,15 +89,27 @@ class FakeCuda:
         return self.reserved
 
     def mem_get_info(self, device: Any = None) -> tuple[int, int]:
-        return self.total_bytes - self.reserved, self.total_bytes
+        total = self.total_bytes[self._index(device)]
+        return total - self.reserved, total
 
     def current_stream(self, device: Any = None) -> "_Stream":
         return _Stream(self)
 
     def get_device_properties(self, device: Any = None) -> types.SimpleNamespace:
-        index = self.current if device is None else (device.index if isinstance(device, torch.device) else int(device))
+        index = self._index(device)
         self.calls.append(("get_device_properties", index))
-        return types.SimpleNamespace(name="fake GPU", total_memory=self.total_bytes)
+        if not 0 <= index < self.device_count_value:
+            raise FakeCudaError("CUDA error: invalid device ordinal")
+        return types.SimpleNamespace(name="fake GPU", total_memory=self.total_bytes[index])
+
+    def _index(self, device: Any) -> int:
+        """torch's reading of a device argument: None or an index-less ``cuda`` is the current device."""
+        if device is None:
+            return self.current
+        if isinstance(device, (str, torch.device)):
+            device = torch.device(device)
+            return self.current if device.index is None else device.index
+        return int(device)
 
     def get_rng_state(self, device: Any = "cuda") -> torch.Tensor:
         """The generator state of the current device (a byte tensor, as torch's)."""

@@ -1,15 +1,14 @@
 """GPU rehearsal of the engine's life cycle on a GPU node (issue 29, items 1, 3, 4, 5, 10).
 
 The CUDA layer is :class:`FakeCuda`; GPU tensors are CPU tensors typed ``cuda:0``
-(:func:`cuda_typed`); ``reduce_tensor`` is :class:`FakeReduceTensor`; vLLM is
-:class:`RecordingLLM` inside the real engine server (``engine_server.py`` loaded by path). The
-client (:class:`EngineProcessClient`) talks to that server in process instead of over its socket.
+(:func:`cuda_typed`); ``reduce_tensor`` is :class:`FakeReduceTensor`; the engine is the harness of
+``tests/rehearsal/harness.py`` (the real engine server around a :class:`RecordingLLM`, its client
+talking to it in process).
 Each test says which broken build it catches.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import types
 
 import pytest
@@ -17,85 +16,10 @@ import torch
 
 from fastrl.distributed import collectives
 from fastrl.rollout import engine_client, refit_transport
-from fastrl.rollout.engine_client import EngineError, EngineProcessClient
+from fastrl.rollout.engine_client import EngineError
 from fastrl.training import update_phase
-from tests.rehearsal.fake_cuda import FakeCuda, FakeReduceTensor, RecordingLLM, cuda_typed
-
-WEIGHTS = [("model.layers.0.mlp.up_proj.weight", torch.arange(6.0).reshape(2, 3)),
-           ("model.layers.1.mlp.up_proj.weight", torch.ones(2, 2)),
-           ("lm_head.weight", torch.full((4,), 2.0))]
-
-
-def _server_module(monkeypatch):
-    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
-    spec = importlib.util.spec_from_file_location("fastrl_engine_server_rehearsal", engine_client.SERVER)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _gpu_engine(monkeypatch, *, verify_every: int = 0, engine_tp: int = 1):
-    """A GPU client (CUDA IPC transport, sleep mode) wired to a real server around a RecordingLLM
-    (an engine of ``engine_tp`` tensor-parallel workers)."""
-    module = _server_module(monkeypatch)
-    llm = RecordingLLM(tensor_parallel_size=engine_tp)
-    server = module.Server.__new__(module.Server)
-    server.llm, server.sleep_enabled = llm, True
-    server.asleep, server.weights_awake = False, True  # vLLM starts with weights and KV cache
-    server.engine_workers = engine_tp
-    server._maps, server.received, server.weight_version = {}, {}, 0
-    client = EngineProcessClient.__new__(EngineProcessClient)
-    client.name, client.weight_version, client.verify_every, client.verify_tolerance = "engine", 0, verify_every, 1.0
-    client.refit_metrics, client.last_group_sums = {}, {}
-    client.transport = refit_transport.make_transport(
-        refit_transport.transport_for_device(torch.device("cuda", 0)), 1, consumers=engine_tp)
-    replies: list = []
-
-    def call(req):
-        reply = {"ok": True, **getattr(server, f"op_{req['op']}")(req)}
-        return reply
-
-    def send(req):
-        try:
-            replies.append(call(req))
-        except Exception as err:  # noqa: BLE001 - as the server's loop reports it
-            replies.append({"ok": False, "error": f"{type(err).__name__}: {err}"})
-
-    def wait_ok(op):
-        reply = replies.pop(0)
-        if not reply.get("ok"):
-            raise EngineError(f"{client.name}: {op} failed: {reply.get('error')}")
-
-    client._send, client._wait_ok, client._call = send, wait_ok, call
-    return client, server, llm
-
-
-def _exporter(record: list):
-    """``export_hf_weights`` of a policy on a GPU: tensors on ``cuda:0`` unless asked for the CPU."""
-
-    def export(policy, *, cpu=True):
-        record.append(cpu)
-        for name, t in WEIGHTS:
-            yield name, (t.clone() if cpu else cuda_typed(t.clone()))
-
-    return export
-
-
-def _gpu_pack(monkeypatch):
-    """``pack_flat`` keeps its buffer on the tensors' (fake) device."""
-    real = refit_transport.pack_flat
-
-    def pack(bucket):
-        buffer, entries = real([(n, torch.Tensor(t)) for n, t in bucket])
-        return (cuda_typed(buffer) if bucket[0][1].device.type == "cuda" else buffer), entries
-
-    monkeypatch.setattr(refit_transport, "pack_flat", pack)
-
-
-def _actor():
-    return types.SimpleNamespace(policy=object(), policy_version=0)
-
+from tests.rehearsal.fake_cuda import FakeCuda, FakeReduceTensor
+from tests.rehearsal.harness import WEIGHTS, exporter, gpu_engine, gpu_pack, server_module, stub_actor
 
 # ---- item 1: the CUDA IPC refit gets GPU tensors -------------------------------------------------
 
@@ -107,11 +31,11 @@ def test_cuda_ipc_refit_exports_on_the_gpu_and_the_engine_rebuilds_cuda_handles(
     cuda = FakeCuda(device_count=1).install(monkeypatch)
     reduce = FakeReduceTensor()
     monkeypatch.setattr("torch.multiprocessing.reductions.reduce_tensor", reduce)
-    _gpu_pack(monkeypatch)
+    gpu_pack(monkeypatch)
     exported: list = []
-    monkeypatch.setattr(update_phase, "export_hf_weights", _exporter(exported))
-    client, server, llm = _gpu_engine(monkeypatch)
-    update_phase.refit(client, _actor())
+    monkeypatch.setattr(update_phase, "export_hf_weights", exporter(exported))
+    client, server, llm = gpu_engine(monkeypatch)
+    update_phase.refit(client, stub_actor())
     assert exported == [False]  # the export stays on the GPU for CUDA IPC
     assert reduce.devices == ["cuda", "cuda", "cuda"]  # one handle per (1-byte) bucket, all CUDA
     assert ("stream_synchronize",) in cuda.calls
@@ -123,7 +47,7 @@ def test_the_engine_refuses_a_cpu_handle_by_name(monkeypatch):
     # Breakage caught: an engine that indexes the handle's arguments blindly (IndexError with no
     # hint), or a transport that hands a CPU buffer to reduce_tensor.
     FakeCuda(device_count=1).install(monkeypatch)
-    module = _server_module(monkeypatch)
+    module = server_module(monkeypatch)
     from torch.multiprocessing.reductions import reduce_tensor
 
     with pytest.raises(ValueError, match="IPC handle of a CUDA tensor.*CPU buffer"):
@@ -145,9 +69,9 @@ def test_generating_rank_sleeps_level_2_and_refit_wakes_weights_only(monkeypatch
 
     FakeCuda(device_count=1).install(monkeypatch)
     monkeypatch.setattr("torch.multiprocessing.reductions.reduce_tensor", FakeReduceTensor())
-    _gpu_pack(monkeypatch)
-    monkeypatch.setattr(update_phase, "export_hf_weights", _exporter([]))
-    client, server, llm = _gpu_engine(monkeypatch)
+    gpu_pack(monkeypatch)
+    monkeypatch.setattr(update_phase, "export_hf_weights", exporter([]))
+    client, server, llm = gpu_engine(monkeypatch)
     monkeypatch.setattr(server, "op_generate", lambda req: llm.calls.append(("generate",)) or {"outputs": [], "time_s": 0.0},
                         raising=False)
     monkeypatch.setattr(client, "generate", lambda *a, **k: client._call({"op": "generate"}), raising=False)
@@ -157,7 +81,7 @@ def test_generating_rank_sleeps_level_2_and_refit_wakes_weights_only(monkeypatch
     for _ in range(2):  # step 1 (engine as started: awake), step 2 (after a refit)
         generation.generate(client, prompts, [(0, "p")], 1, rollout=ro, seed=1, dp_rank=0)
         generation.sleep_engine(client)  # what the step does after its last generation round
-        update_phase.refit(client, _actor())
+        update_phase.refit(client, stub_actor())
     # step 3 with one DAPO extra round: both rounds generate before the one sleep of the step
     generation.generate(client, prompts, [(0, "p")], 1, rollout=ro, seed=1, dp_rank=0)
     generation.generate(client, prompts, [(0, "p")], 1, rollout=ro, seed=1, dp_rank=0)
@@ -184,14 +108,14 @@ def test_a_resumed_stage_sleeps_its_fresh_engine_before_the_resume_refit(monkeyp
 
     cuda = FakeCuda(device_count=1).install(monkeypatch)
     monkeypatch.setattr("torch.multiprocessing.reductions.reduce_tensor", FakeReduceTensor())
-    _gpu_pack(monkeypatch)
-    monkeypatch.setattr(update_phase, "export_hf_weights", _exporter([]))
-    client, server, llm = _gpu_engine(monkeypatch)
+    gpu_pack(monkeypatch)
+    monkeypatch.setattr(update_phase, "export_hf_weights", exporter([]))
+    client, server, llm = gpu_engine(monkeypatch)
     monkeypatch.setattr(server, "op_generate", lambda req: llm.calls.append(("generate",)) or {"outputs": [], "time_s": 0.0},
                         raising=False)
     monkeypatch.setattr(client, "generate", lambda *a, **k: client._call({"op": "generate"}), raising=False)
     monkeypatch.setattr(SamplingParams, "for_training", classmethod(lambda cls, ro, seed: None))
-    actor = _actor()
+    actor = stub_actor()
     run = types.SimpleNamespace(engine=client, actor=actor,
                                 ctx=types.SimpleNamespace(device=torch.device("cuda", 0), is_logging_rank=False))
     io = types.SimpleNamespace(resume=lambda state, actor_: "checkpoints/step_00000002")
@@ -214,11 +138,11 @@ def test_a_tp_engine_opens_the_ipc_bucket_in_each_worker_and_no_cuda_tensor_is_p
     cuda = FakeCuda(device_count=2).install(monkeypatch)
     reduce = FakeReduceTensor()
     monkeypatch.setattr("torch.multiprocessing.reductions.reduce_tensor", reduce)
-    _gpu_pack(monkeypatch)
-    monkeypatch.setattr(update_phase, "export_hf_weights", _exporter([]))
-    client, server, llm = _gpu_engine(monkeypatch, engine_tp=2, verify_every=1)  # a verified refit: sums too
+    gpu_pack(monkeypatch)
+    monkeypatch.setattr(update_phase, "export_hf_weights", exporter([]))
+    client, server, llm = gpu_engine(monkeypatch, engine_tp=2, verify_every=1)  # a verified refit: sums too
     monkeypatch.setattr("fastrl.training.refit_verify.verify_refit", lambda *a, **k: {})
-    update_phase.refit(client, _actor())
+    update_phase.refit(client, stub_actor())
     assert llm.pickled_cuda_tensors == 0
     assert [w.reloaded for w in llm.workers] == [len(WEIGHTS)] * 2  # every worker loaded every tensor
     for name, t in WEIGHTS:
@@ -241,12 +165,12 @@ def test_not_one_handle_per_engine_worker_is_refused_by_name(monkeypatch, handle
     # freed); with more, a handle no worker opens keeps its bucket allocated on the trainer's GPU.
     FakeCuda(device_count=2).install(monkeypatch)
     monkeypatch.setattr("torch.multiprocessing.reductions.reduce_tensor", FakeReduceTensor())
-    _gpu_pack(monkeypatch)
-    monkeypatch.setattr(update_phase, "export_hf_weights", _exporter([]))
-    client, server, llm = _gpu_engine(monkeypatch, engine_tp=2)
+    gpu_pack(monkeypatch)
+    monkeypatch.setattr(update_phase, "export_hf_weights", exporter([]))
+    client, server, llm = gpu_engine(monkeypatch, engine_tp=2)
     client.transport = refit_transport.make_transport("cuda_ipc", 1, consumers=handles)
     with pytest.raises(EngineError, match=rf"got {handles} CUDA IPC handle.*engine of 2 worker.*one per engine worker"):
-        update_phase.refit(client, _actor())
+        update_phase.refit(client, stub_actor())
     assert [w.opened for w in llm.workers] == [[], []]  # refused before any worker opened a handle
 
 
@@ -257,7 +181,7 @@ def test_the_worker_function_is_self_contained(monkeypatch):
     # workers cannot import: the first TP > 1 refit would fail to unpickle.
     import inspect
 
-    module = _server_module(monkeypatch)
+    module = server_module(monkeypatch)
     seen, todo = set(), [module.reload_ipc_bucket, module.repack_output_layer]
     while todo:
         f = todo.pop()
@@ -279,14 +203,14 @@ def test_a_verified_refit_gives_the_export_back_before_the_kv_cache_wakes(monkey
     # generation): the engine cannot reclaim another process's cache.
     cuda = FakeCuda(device_count=1).install(monkeypatch)
     monkeypatch.setattr("torch.multiprocessing.reductions.reduce_tensor", FakeReduceTensor())
-    _gpu_pack(monkeypatch)
-    monkeypatch.setattr(update_phase, "export_hf_weights", _exporter([]))
-    client, server, llm = _gpu_engine(monkeypatch, verify_every=1)
+    gpu_pack(monkeypatch)
+    monkeypatch.setattr(update_phase, "export_hf_weights", exporter([]))
+    client, server, llm = gpu_engine(monkeypatch, verify_every=1)
     monkeypatch.setattr("fastrl.training.refit_verify.verify_refit", lambda *a, **k: {})
     real_empty = cuda.empty_cache
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: llm.calls.append(("empty_cache",)) or real_empty())
     client._call({"op": "sleep"})
-    update_phase.refit(client, _actor())
+    update_phase.refit(client, stub_actor())
     order = [c[0] if c[0] != "wake_up" else c for c in llm.calls]
     assert order.index("empty_cache") > max(i for i, c in enumerate(order) if c == "reload_weights")
     assert order.index("empty_cache") < order.index(("wake_up", ("kv_cache",)))
@@ -299,7 +223,7 @@ def test_refit_sums_of_squares_never_copy_a_whole_tensor_to_float64(monkeypatch,
     # on the GPU during the refit, on both sides. Chunked (chunk lowered to 4 elements here).
     from torch.overrides import TorchFunctionMode
 
-    module = _server_module(monkeypatch)
+    module = server_module(monkeypatch)
     if side == "trainer":
         monkeypatch.setattr(engine_client, "SQUARE_SUM_CHUNK", 4)
         total = float(engine_client.square_sum(torch.arange(10.0).reshape(2, 5)))
@@ -330,7 +254,7 @@ def test_a_wake_after_a_level_2_sleep_without_a_refit_is_refused(monkeypatch):
     # weights), a validation that sleeps before the next step's generation, or a server that wakes
     # everything silently.
     FakeCuda(device_count=1).install(monkeypatch)
-    client, server, llm = _gpu_engine(monkeypatch)
+    client, server, llm = gpu_engine(monkeypatch)
     client._call({"op": "sleep"})
     with pytest.raises(RuntimeError, match="wake without a refit since the last sleep"):
         client._call({"op": "wake"})
@@ -342,9 +266,9 @@ def test_refit_sums_only_on_verified_refits(monkeypatch):
     # (on the CPU, on every rank); only the refits that the probe verifies need the per-group sums.
     FakeCuda(device_count=1).install(monkeypatch)
     monkeypatch.setattr("torch.multiprocessing.reductions.reduce_tensor", FakeReduceTensor())
-    _gpu_pack(monkeypatch)
-    monkeypatch.setattr(update_phase, "export_hf_weights", _exporter([]))
-    client, server, llm = _gpu_engine(monkeypatch, verify_every=3)
+    gpu_pack(monkeypatch)
+    monkeypatch.setattr(update_phase, "export_hf_weights", exporter([]))
+    client, server, llm = gpu_engine(monkeypatch, verify_every=3)
     client.verify_every = 3
     monkeypatch.setattr("fastrl.training.refit_verify.verify_refit", lambda *a, **k: {})
     norms: list = []  # one entry per tensor whose sum of squares was computed, on either side
@@ -355,7 +279,7 @@ def test_refit_sums_only_on_verified_refits(monkeypatch):
     counts = []
     for _ in range(3):
         before = len(norms)
-        update_phase.refit(client, _actor())
+        update_phase.refit(client, stub_actor())
         counts.append(len(norms) - before)
     n = len(WEIGHTS)
     assert counts == [2 * n, 0, 2 * n]  # trainer + engine on refits 1 and 3 (verified), none on 2
@@ -415,7 +339,7 @@ def test_a_tp_engine_confined_to_one_gpu_is_refused_at_start_up(monkeypatch, cou
     # eight of its model-parallel group; vLLM's TP workers then failed deep inside their start-up.
     # The count runs in a child process, as the engine's own CUDA must stay unstarted before vLLM
     # forks its workers: here that child sees the recording fake through the same torch.cuda call.
-    module = _server_module(monkeypatch)
+    module = server_module(monkeypatch)
     FakeCuda(device_count=count, visible="0,1,2,3,4,5,6,7").install(monkeypatch)
     reply = module.check_gpus({"llm_kwargs": {"tensor_parallel_size": 8}}, count=torch.cuda.device_count)
     if not refused:
@@ -430,7 +354,7 @@ def test_the_engine_counts_its_gpus_in_a_child_process(monkeypatch):
     # Breakage caught: counting with torch.cuda in the engine process starts the CUDA driver there,
     # and vLLM's forked TP workers then cannot use CUDA. The real count, on this CPU machine: 0 GPUs,
     # from a child (this process's torch.cuda, replaced by the fake, is not asked).
-    module = _server_module(monkeypatch)
+    module = server_module(monkeypatch)
     FakeCuda(device_count=8).install(monkeypatch)
     assert module.visible_gpu_count() == 0  # in this process the fake would say 8
     reply = module.check_gpus({"llm_kwargs": {"tensor_parallel_size": 2}})
@@ -535,7 +459,7 @@ def test_the_engine_reads_model_sums_only_for_weights_no_refit_sent(monkeypatch,
     import safetensors
     import safetensors.torch
 
-    module = _server_module(monkeypatch)
+    module = server_module(monkeypatch)
     safetensors.torch.save_file({"model.layers.0.w": torch.full((2, 2), 2.0), "model.layers.1.w": torch.ones(3)},
                                 str(tmp_path / "model.safetensors"))
     read: list[str] = []
