@@ -1,6 +1,7 @@
-"""GPU rehearsal of the branches a GPU run takes outside the engine: the start-up memory check on
-the device's own memory, the CUDA generator's state in checkpoints, where NCCL collectives put their
-tensors, phase timing around asynchronous kernels, and the engine's refusals when CUDA cannot start or a restart cannot replay its weights.
+"""GPU rehearsal of the branches a GPU run takes outside the engine's life cycle: the start-up memory
+check on the device's own memory, the CUDA generator's state, where NCCL collectives put their
+tensors, the backend choice, phase timing around asynchronous kernels, and the engine's refusals
+when CUDA cannot start or a restart cannot replay its weights.
 
 The CUDA layer is :class:`FakeCuda` (``torch.cuda`` replaced at its lowest level); each test says
 which broken build it catches.
