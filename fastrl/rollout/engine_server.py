@@ -84,14 +84,46 @@ def die_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
 
 
+#: vLLM 0.32's default token budget of one scheduler step for ``LLM`` on CPU
+#: (``EngineArgs.get_batch_defaults``: 4096 per tensor-parallel worker).
+VLLM_CPU_STEP_TOKENS = 4096
+
+
+def whole_prefills(kwargs: dict) -> dict:
+    """``llm_kwargs`` for vLLM on CPU with every prompt prefilled in one scheduler step.
+
+    vLLM 0.32 splits a prefill over steps when the step's token budget runs out (chunked prefill);
+    the partial steps' sampled tokens are discarded, and for a seeded request the model runner
+    rewinds its generator with ``Generator.get_offset()``, which a CPU generator does not have:
+    ``RuntimeError: CPU Generator does not use offset`` (``vllm/v1/worker/gpu_model_runner.py``).
+    Every sampled request of this engine is seeded (:meth:`EngineProcessClient.generate`), so any
+    step whose prompts exceed the budget (8 prompts x n=8 x 82 tokens > 4096) would fail. With
+    chunked prefill off a request waits for a step with room for its whole prompt; the budget is
+    raised to ``max_model_len`` where that is larger, as vLLM requires.
+
+    Raises:
+        ValueError: ``enable_chunked_prefill=True`` was asked for.
+    """
+    if kwargs.get("enable_chunked_prefill"):
+        raise ValueError("enable_chunked_prefill=True: vLLM on CPU cannot chunk the prefill of a seeded request "
+                         "(RuntimeError: CPU Generator does not use offset); leave it out")
+    workers = int(kwargs.get("tensor_parallel_size") or 1)
+    budget = int(kwargs.get("max_num_batched_tokens") or VLLM_CPU_STEP_TOKENS * workers)
+    return {**kwargs, "enable_chunked_prefill": False,
+            "max_num_batched_tokens": max(budget, int(kwargs.get("max_model_len") or 0))}
+
+
 class Server:
     """One vLLM ``LLM`` and the operations of :mod:`engine_wire`."""
 
     def __init__(self, spec: dict) -> None:
         from vllm import LLM
+        from vllm.platforms import current_platform
 
         self.spec = spec
         kwargs = dict(spec["llm_kwargs"])
+        if current_platform.is_cpu():
+            kwargs = whole_prefills(kwargs)
         kwargs.update(model=spec["model"], tokenizer=spec["tokenizer"], seed=int(spec["seed"]),
                       logprobs_mode="raw_logprobs")
         self.llm = LLM(**kwargs)

@@ -28,7 +28,9 @@ pytestmark = pytest.mark.vllm
 
 REPO = Path(__file__).resolve().parents[2]
 QUESTIONS = ["what is 2 plus 3?", "is there a red circle?", "name the blue shape.", "what color is it?"]
-LLM_KWARGS = dict(max_model_len=256, kv_cache_memory_bytes=64 * 2**20, enforce_eager=True, dtype="float32")
+# a scheduler step of 512 tokens: two of test_seeded_prompts_over_one_steps_budget's ~200-token prompts
+LLM_KWARGS = dict(max_model_len=256, kv_cache_memory_bytes=64 * 2**20, enforce_eager=True, dtype="float32",
+                  max_num_batched_tokens=512)
 BOUND_S = 20.0  # engine_timeout_s of these tests: a dead or hung engine is reported within it
 
 
@@ -164,6 +166,30 @@ def test_sampling_tokenization_and_stop_tokens(setup):
         assert (stop in tokens.tolist()) == (reason == "stop")
     with pytest.raises(ValueError, match="temperature=0.7"):
         c.generate(setup["prompts"], 1, SamplingParams(**{**SAMPLE.__dict__, "temperature": 0.7}))
+
+
+def test_seeded_prompts_over_one_steps_budget(setup):
+    """Seeded sampling of prompts whose tokens exceed one scheduler step's budget (512 here; vLLM's
+    CPU default is 4096, which 8 prompts x n=8 of 82 tokens exceed): vLLM 0.32 split a prefill
+    over steps and, rewinding the seeded generator of the split request, raised "CPU Generator
+    does not use offset"; the server keeps every prefill whole (engine_server.whole_prefills)."""
+    c = setup["client"]
+    c.update_weights(setup["weights"].items())
+    prompts = []
+    for q in QUESTIONS:
+        words = []
+        while len(c.tokenizer(" ".join(words), add_special_tokens=False)["input_ids"]) < 200:
+            words.append(q)
+        prompts.append(RolloutPrompt(" ".join(words)))
+    sizes = [len(c.tokenizer(p.text, add_special_tokens=False)["input_ids"]) for p in prompts]
+    assert sum(sizes) > 512 and max(sizes) + SAMPLE.max_tokens <= 256, sizes
+    first = c.generate(prompts, [2, 1, 2, 1], SAMPLE)
+    again = c.generate(prompts, [2, 1, 2, 1], SAMPLE)
+    assert [len(p.input_ids) for p in first.prompt_inputs] == sizes
+    assert first.prompt_index == [0, 0, 1, 2, 2, 3]
+    assert [t.tolist() for t in first.response_token_ids] == [t.tolist() for t in again.response_token_ids]
+    for a, b in zip(first.logprobs, _hf_logprobs(setup["model"], first, c.pad_token_id)):
+        assert (a - b).abs().max().item() <= 1e-4
 
 
 def test_killed_engine_is_reported_then_restarted(setup):

@@ -222,3 +222,17 @@ def test_a_vision_language_model_without_torchvision_is_refused_by_name(server_m
     assert "cannot load Qwen2_5_VLForConditionalGeneration" in reply["error"] and "install torchvision" in reply["error"]
     (tmp_path / "config.json").write_text(json.dumps({"architectures": ["Qwen2ForCausalLM"]}))
     assert server_module.check_environment({"model": str(tmp_path)}) is None
+
+
+def test_cpu_engines_prefill_each_prompt_in_one_step(server_module):
+    # Breakage caught: a budget below max_model_len (vLLM refuses it without chunked prefill), a
+    # budget that ignores the tensor-parallel workers, or chunked prefill left on (the seeded
+    # request's split prefill raised "CPU Generator does not use offset": tests/vllm).
+    whole = server_module.whole_prefills
+    assert whole({"max_model_len": 264}) == {"max_model_len": 264, "enable_chunked_prefill": False,
+                                             "max_num_batched_tokens": 4096}
+    assert whole({"max_model_len": 264, "tensor_parallel_size": 2})["max_num_batched_tokens"] == 8192
+    assert whole({"max_model_len": 8200})["max_num_batched_tokens"] == 8200
+    assert whole({"max_model_len": 256, "max_num_batched_tokens": 512})["max_num_batched_tokens"] == 512
+    with pytest.raises(ValueError, match="enable_chunked_prefill=True"):
+        whole({"max_model_len": 256, "enable_chunked_prefill": True})
