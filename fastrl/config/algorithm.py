@@ -145,6 +145,19 @@ class RolloutConfig:
             self.max_response_length >= 1, f"rollout.max_response_length must be >= 1, got {self.max_response_length}"
         )
         _check(self.val_temperature >= 0, f"rollout.val_temperature must be >= 0, got {self.val_temperature}")
+        if self.engine == "vllm":  # the engine's log-probs have one temperature, fixed at start (docs/engine.md)
+            tempered = self.temperature not in (0.0, 1.0)
+            _check(
+                not tempered or (self.top_p == 1.0 and self.top_k <= 0),
+                f"rollout.engine='vllm' at rollout.temperature={self.temperature} reports log-probs after vLLM's "
+                f"processing, which top-p / top-k would truncate (got top_p={self.top_p}, top_k={self.top_k}): "
+                f"use top_p=1.0 and top_k=-1 with that temperature, or temperature 1.0",
+            )
+            _check(
+                self.val_temperature in (0.0, self.temperature if self.temperature > 0 else 1.0),
+                f"rollout.engine='vllm' samples greedily or at rollout.temperature={self.temperature}; "
+                f"rollout.val_temperature={self.val_temperature} is neither: use 0 (greedy) or {self.temperature}",
+            )
         _check(self.val_n >= 1, f"rollout.val_n must be >= 1, got {self.val_n}")
         _check(
             self.engine_tensor_parallel_size >= 1,

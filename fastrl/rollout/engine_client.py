@@ -28,10 +28,20 @@ sampling parameters (built by the server from the request) and the result assemb
 Sampling: one vLLM request per prompt with ``n = n_per_prompt[i]`` (prompts with ``n = 0`` are not
 sent), temperature / top-p / top-k / max tokens / stop tokens, the sampled token's log-prob, token
 suppression through ``allowed_token_ids`` (the set of
-:func:`fastrl.rollout.hf_engine.suppressed_token_ids`), one seed per prompt drawn here. vLLM runs
-with ``logprobs_mode="raw_logprobs"`` (``log softmax(logits)`` before temperature, truncation and
-suppression): the project's definition (:mod:`fastrl.rollout.engine`) for temperature 1 and greedy
-decoding, so other temperatures are refused.
+:func:`fastrl.rollout.hf_engine.suppressed_token_ids`), one seed per prompt drawn here. The engine's
+log-probs follow the rollouts' sampling temperature ``T`` (``sampling_temperature``, fixed when the
+engine starts, since vLLM's ``logprobs_mode`` is an engine setting):
+
+* ``T = 1``: ``logprobs_mode="raw_logprobs"``, ``log softmax(logits)`` before truncation and
+  suppression -- the project's definition (:mod:`fastrl.rollout.engine`).
+* ``T`` other than 0 and 1: ``logprobs_mode="processed_logprobs"``, ``log softmax(logits / T)`` after
+  vLLM's logits processors, whose ``allowed_token_ids`` mask makes it a softmax over the tokens
+  sampling may produce. That differs from the project's full-vocabulary definition by
+  ``-log(1 - q)``, ``q`` the tempered probability of the suppressed tokens (about 0 for a model that
+  does not emit them; ``mismatch/*`` measures it). top-k / top-p would truncate it too: with such a
+  temperature they are refused (here and by ``RolloutConfig``).
+
+A call may sample greedily (validation) or at the engine's ``T``; any other temperature is refused.
 
 Images: ``min_pixels`` / ``max_pixels`` (``data.*``) go to the engine's processor
 (``mm_processor_kwargs`` of ``vllm.LLM``) and to the Hugging Face processor that builds the trainer's
@@ -140,6 +150,8 @@ class EngineProcessClient:
             :mod:`fastrl.rollout.refit_transport`; :func:`engine_client_from_config` picks it by device.
         min_pixels / max_pixels: image-processor bounds of both the engine's processor and the one
             building the trainer's prompt inputs (None: the model directory's).
+        sampling_temperature: the temperature of the training rollouts (``rollout.temperature``;
+            0 is taken as 1): the log-probs' temperature (module docstring).
         llm_kwargs: ``vllm.LLM`` arguments (``dtype``, ``max_model_len``, ``kv_cache_memory_bytes``,
             ``enforce_eager``, ``tensor_parallel_size``, ``gpu_memory_utilization``, ``enable_sleep_mode``...).
         env: extra environment variables of the child (``OMP_NUM_THREADS``, ``CUDA_VISIBLE_DEVICES``).
@@ -166,11 +178,12 @@ class EngineProcessClient:
         transport: str = "shm",
         min_pixels: int | None = None,
         max_pixels: int | None = None,
+        sampling_temperature: float = 1.0,
     ) -> None:
         from transformers import AutoConfig, AutoTokenizer
 
         from fastrl.models.tiny import TOKENIZER_SUBDIR
-        from fastrl.rollout.hf_engine import suppressed_token_ids
+        from fastrl.rollout.hf_engine import default_stop_token_ids, suppressed_token_ids
 
         self.python = resolve_engine_python(python)
         self.model_path = Path(model_path)
@@ -178,10 +191,11 @@ class EngineProcessClient:
         tokenizer_dir = subdir if (subdir / "tokenizer.json").is_file() else self.model_path
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
         config = AutoConfig.from_pretrained(self.model_path)
-        self.suppressed_ids = suppressed_token_ids(config, self.tokenizer, special_tokens=suppress_special_tokens)
+        stop = default_stop_token_ids(self.model_path, config)
+        self.suppressed_ids = suppressed_token_ids(config, self.tokenizer, special_tokens=suppress_special_tokens,
+                                                   stop_token_ids=stop)
         suppressed = set(self.suppressed_ids)
         allowed = [i for i in range(len(self.tokenizer)) if i not in suppressed] if suppressed else None
-        eos = config.get_text_config().eos_token_id
         self.timeout_s = float(timeout_s)
         self.startup_timeout_s = float(startup_timeout_s)
         self.restart_retries = int(restart_retries)
@@ -189,12 +203,16 @@ class EngineProcessClient:
         self._generator = torch.Generator().manual_seed(seed)
         self._processor = None
         self.min_pixels, self.max_pixels = min_pixels, max_pixels
+        if sampling_temperature < 0:
+            raise ValueError(f"sampling_temperature must be >= 0, got {sampling_temperature}")
+        self.sampling_temperature = float(sampling_temperature) if sampling_temperature > 0 else 1.0
         llm_kwargs = dict(llm_kwargs or {})
         if hasattr(config, "vision_config"):  # text-only models have no image processor
             llm_kwargs = with_pixel_bounds(llm_kwargs, min_pixels, max_pixels)
         self._spec = {
             "model": str(self.model_path), "tokenizer": str(tokenizer_dir), "seed": int(seed),
-            "allowed_token_ids": allowed, "eos_token_id": eos, "llm_kwargs": llm_kwargs,
+            "allowed_token_ids": allowed, "stop_token_ids": list(stop), "llm_kwargs": llm_kwargs,
+            "logprobs_mode": "raw_logprobs" if self.sampling_temperature == 1.0 else "processed_logprobs",
         }
         self._env = dict(env or {})
         self.transport = make_transport(
@@ -388,18 +406,27 @@ class EngineProcessClient:
         self, prompts: Sequence[RolloutPrompt], n_per_prompt: int | Sequence[int], sampling: SamplingParams,
         *, weight_version: int | None = None,
     ) -> Rollouts:
-        """Sample responses (see :class:`fastrl.rollout.engine.RolloutEngine`); temperature 0 or 1 only
-        (the engine reports raw log-probs, module docstring). ``weight_version`` goes
+        """Sample responses (see :class:`fastrl.rollout.engine.RolloutEngine`): greedily, or at the
+        engine's ``sampling_temperature`` (module docstring). ``weight_version`` goes
         with the request: the engine process refuses it (:class:`StaleWeightsError`) when the weights
-        it has loaded (``set_weight_version`` after each refit) are older."""
+        it has loaded (``set_weight_version`` after each refit) are older.
+
+        Raises:
+            ValueError: a temperature other than 0 and the engine's; top-k / top-p at a temperature
+                other than 0 and 1.
+        """
         check_weight_version(self.name, self.weight_version, weight_version)  # refits this client never sent
         sizes = normalize_group_sizes(len(prompts), n_per_prompt)
-        if sampling.temperature not in (0.0, 1.0):
+        if sampling.temperature not in (0.0, self.sampling_temperature):
             raise ValueError(
-                f"the vLLM engine returns log-probs at temperature 1 (logprobs_mode='raw_logprobs'); "
-                f"temperature={sampling.temperature} would make engine and trainer log-probs disagree. "
-                f"Use rollout.temperature=1.0 (or greedy decoding), or rollout.engine='hf'"
-            )
+                f"{self.name} reports log-probs at temperature {self.sampling_temperature} (set when it "
+                f"started); temperature={sampling.temperature} would make engine and trainer log-probs "
+                f"disagree. Sample at {self.sampling_temperature} or greedily, or start the engine with "
+                f"sampling_temperature={sampling.temperature}")
+        if sampling.temperature not in (0.0, 1.0) and (sampling.top_p < 1.0 or sampling.top_k > 0):
+            raise ValueError(
+                f"{self.name} reports log-probs after vLLM's processing at temperature {sampling.temperature}, "
+                f"which top_p={sampling.top_p} / top_k={sampling.top_k} would truncate: use top_p=1 and top_k=-1")
         generator = torch.Generator().manual_seed(sampling.seed) if sampling.seed is not None else self._generator
         seeds = torch.randint(0, 2**31 - 1, (len(prompts),), generator=generator).tolist()
         asked = [i for i, n in enumerate(sizes) if n > 0]
@@ -658,4 +685,5 @@ def engine_client_from_config(
         name=f"vllm engine process of rank pid {os.getpid()}", llm_kwargs=llm_kwargs, env=env,
         verify_every=ro.verify_refit_every, verify_tolerance=cfg.verify_refit_tolerance,
         transport=transport_for_device(dev), min_pixels=cfg.data.min_pixels, max_pixels=cfg.data.max_pixels,
+        sampling_temperature=ro.temperature,
     )

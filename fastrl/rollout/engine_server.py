@@ -125,7 +125,7 @@ class Server:
         if current_platform.is_cpu():
             kwargs = whole_prefills(kwargs)
         kwargs.update(model=spec["model"], tokenizer=spec["tokenizer"], seed=int(spec["seed"]),
-                      logprobs_mode="raw_logprobs")
+                      logprobs_mode=spec["logprobs_mode"])  # the client's choice (engine_client docstring)
         self.llm = LLM(**kwargs)
         self.engine_workers = int(kwargs.get("tensor_parallel_size") or 1)  # each opens its own IPC handle
         self.allowed_ids = spec.get("allowed_token_ids")
@@ -135,9 +135,7 @@ class Server:
         self._maps: dict[str, tuple[int, mmap.mmap]] = {}
         self.received: dict[str, float] = {}  # sums of squares per weight received by refits
         self.weight_version = 0  # refits loaded (set_weight_version, after each refit's last bucket)
-        generation = self.llm.llm_engine.model_config.try_get_generation_config()
-        eos = generation.get("eos_token_id", spec.get("eos_token_id"))
-        self.default_stop = list(eos) if isinstance(eos, (list, tuple)) else [int(eos)]
+        self.default_stop = [int(t) for t in spec["stop_token_ids"]]  # the client's, which shaped allowed_token_ids
 
     def _model_sums(self, skip: set[str]) -> dict[str, float]:
         """Sums of squares of the model directory's weights not in ``skip``, read when asked for

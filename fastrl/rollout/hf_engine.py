@@ -26,6 +26,7 @@ trainer (host memory is shared by both anyway).
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Iterable, Sequence
@@ -138,7 +139,9 @@ def _decode_positions(model: torch.nn.Module, column: int, deltas: torch.Tensor)
     return pos.unsqueeze(0).expand(3, -1, -1) if _is_multimodal_rope(model) else pos
 
 
-def suppressed_token_ids(config: Any, tokenizer: Any, *, special_tokens: bool = True) -> list[int]:
+def suppressed_token_ids(
+    config: Any, tokenizer: Any, *, special_tokens: bool = True, stop_token_ids: Sequence[int] = ()
+) -> list[int]:
     """Token ids that sampling never produces.
 
     Vision tokens (image/video placeholders, vision start/end/pad) always: a response holding one
@@ -149,7 +152,16 @@ def suppressed_token_ids(config: Any, tokenizer: Any, *, special_tokens: bool = 
     vocab_size``) always: they are no token (nothing to decode), and the vLLM engine, whose allowed
     set is the tokenizer's ids, cannot sample them either. A stop token that is also in this set (Qwen's
     ``<|endoftext|>`` is pad and eos) is never sampled; responses then end with the chat
-    end-of-turn token.
+    end-of-turn token, another of ``stop_token_ids``. When every one of ``stop_token_ids`` is a
+    bos / pad / unk token (SmolLM2's ``<|im_end|>`` is its end of turn, eos and pad), they all stay
+    samplable: suppressing them would leave no way to end a response, and every response would run
+    to the length limit.
+
+    Args:
+        stop_token_ids: the tokens that end a response (:func:`default_stop_token_ids`).
+
+    Raises:
+        ValueError: every one of ``stop_token_ids`` is a vision or padded-vocabulary token.
     """
     text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
     ids: set[int] = set()
@@ -160,15 +172,40 @@ def suppressed_token_ids(config: Any, tokenizer: Any, *, special_tokens: bool = 
     vocab = tokenizer.get_vocab()
     ids.update(vocab[t] for t in _VISION_TOKENS if t in vocab)
     ids.update(range(len(tokenizer), text_config.vocab_size))
-    if not special_tokens:
-        return sorted(i for i in ids if 0 <= i < text_config.vocab_size)
-    for value in (
-        getattr(text_config, "bos_token_id", None), getattr(text_config, "pad_token_id", None),
-        tokenizer.bos_token_id, tokenizer.pad_token_id, tokenizer.unk_token_id,
-    ):
-        if isinstance(value, int):
-            ids.add(value)
-    return sorted(i for i in ids if 0 <= i < text_config.vocab_size)
+    stop = {int(t) for t in stop_token_ids}
+    if stop and stop <= ids:
+        raise ValueError(
+            f"every stop token {sorted(stop)} is a vision or padded-vocabulary token, which sampling never "
+            f"produces: no response could end. Check the model's generation_config.json eos_token_id")
+    special: set[int] = set()
+    if special_tokens:
+        for value in (
+            getattr(text_config, "bos_token_id", None), getattr(text_config, "pad_token_id", None),
+            tokenizer.bos_token_id, tokenizer.pad_token_id, tokenizer.unk_token_id,
+        ):
+            if isinstance(value, int):
+                special.add(value)
+        if stop and stop <= ids | special:
+            special -= stop  # the only ways to end a response stay samplable
+    return sorted(i for i in ids | special if 0 <= i < text_config.vocab_size)
+
+
+def default_stop_token_ids(model_dir: str | Path, config: Any) -> tuple[int, ...]:
+    """The tokens that end a response when a request names none: the model directory's
+    ``generation_config.json`` ``eos_token_id`` (an int or a list), else the text config's
+    ``eos_token_id`` -- the rule vLLM applies (``ModelConfig.try_get_generation_config``).
+
+    Raises:
+        ValueError: neither names an end-of-sequence token.
+    """
+    path = Path(model_dir) / "generation_config.json"
+    eos = json.loads(path.read_text()).get("eos_token_id") if path.is_file() else None
+    if eos is None:
+        eos = config.get_text_config().eos_token_id
+    if eos is None:
+        raise ValueError(f"{model_dir}: neither generation_config.json nor config.json names an eos_token_id; "
+                         f"add one, or the engine cannot end a response")
+    return tuple(int(t) for t in eos) if isinstance(eos, (list, tuple)) else (int(eos),)
 
 
 def sample_tokens(
@@ -267,14 +304,15 @@ class HFRolloutEngine:
         self._generator = self._new_generator(seed)
         config = model.config
         vocab_size = config.get_text_config().vocab_size
-        self.suppressed_ids = suppressed_token_ids(config, self.tokenizer, special_tokens=suppress_special_tokens)
-        self._suppress = torch.zeros(vocab_size, dtype=torch.bool)
-        self._suppress[self.suppressed_ids] = True
-        self._suppress = self._suppress.to(self.device)
         eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
         if eos is None:
             eos = config.get_text_config().eos_token_id
         self.default_stop_token_ids: tuple[int, ...] = tuple(eos) if isinstance(eos, (list, tuple)) else (int(eos),)
+        self.suppressed_ids = suppressed_token_ids(
+            config, self.tokenizer, special_tokens=suppress_special_tokens, stop_token_ids=self.default_stop_token_ids)
+        self._suppress = torch.zeros(vocab_size, dtype=torch.bool)
+        self._suppress[self.suppressed_ids] = True
+        self._suppress = self._suppress.to(self.device)
         pad = self.tokenizer.pad_token_id
         self.pad_token_id = int(pad if pad is not None else self.default_stop_token_ids[0])
         # Hugging Face on-disk names -> this model's parameter names (transformers >= 4.52 nests

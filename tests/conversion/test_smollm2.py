@@ -92,6 +92,21 @@ def test_packaged_directory_keeps_vocabulary_template_and_tied_embeddings(smollm
     assert tok.convert_ids_to_tokens(tok("12", add_special_tokens=False)["input_ids"]) == ["1", "2"]  # digits split
 
 
+def test_engines_can_end_a_response_with_the_end_of_turn_token(smollm2_dir: Path):
+    # <|im_end|> is this model's only stop token and its pad token; both engines build their
+    # suppressed set with this call (breakage caught: the pad rule suppressed it, and every rollout
+    # of the SmolLM2 recipes ran to the length limit)
+    from transformers import AutoConfig, AutoTokenizer
+
+    from fastrl.rollout.hf_engine import default_stop_token_ids, suppressed_token_ids
+
+    config, tok = AutoConfig.from_pretrained(smollm2_dir), AutoTokenizer.from_pretrained(smollm2_dir)
+    stop = default_stop_token_ids(smollm2_dir, config)
+    assert stop == (tok.convert_tokens_to_ids("<|im_end|>"),) == (2,)
+    suppressed = suppressed_token_ids(config, tok, stop_token_ids=stop)
+    assert 2 not in suppressed and tok.convert_tokens_to_ids("<|im_start|>") in suppressed
+
+
 def test_import_at_tp1_writes_no_output_layer(imported: Path):
     record = json.loads((imported / "fastrl_import.json").read_text())
     names = record.get("hf_weight_names") or record.get("weight_names") or []

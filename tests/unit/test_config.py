@@ -247,3 +247,19 @@ def test_reward_health_defaults_are_documented():
     docs = field_docs()
     assert RunConfig().reward.max_invalid_fraction == 0.5 and RunConfig().reward.max_invalid_steps == 3
     assert "reward/invalid_fraction" in docs["reward.max_invalid_fraction"]
+
+
+def test_vllm_engine_refuses_sampling_its_log_probs_cannot_describe():
+    # the vLLM engine's log-probs have one temperature, fixed when it starts (engine_client docstring):
+    # at a temperature other than 1 they come after vLLM's processing, which top-p / top-k truncate
+    vllm = dict(engine="vllm", engine_python="python")
+    assert cfg.RolloutConfig(**vllm, temperature=0.5).temperature == 0.5
+    assert cfg.RolloutConfig(**vllm, temperature=1.0, top_p=0.9).top_p == 0.9  # raw log-probs, not truncated
+    assert cfg.RolloutConfig(engine="hf", temperature=0.5, top_p=0.9, val_temperature=0.3).top_p == 0.9
+    with pytest.raises(ValueError, match=r"temperature=0.5 reports .* top_p=0.9"):
+        cfg.RolloutConfig(**vllm, temperature=0.5, top_p=0.9)
+    with pytest.raises(ValueError, match="top_k=20"):
+        cfg.RolloutConfig(**vllm, temperature=0.5, top_k=20)
+    with pytest.raises(ValueError, match=r"val_temperature=0.3 is neither"):
+        cfg.RolloutConfig(**vllm, temperature=0.5, val_temperature=0.3)
+    assert cfg.RolloutConfig(**vllm, temperature=0.5, val_temperature=0.5).val_temperature == 0.5

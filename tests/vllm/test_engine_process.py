@@ -168,6 +168,39 @@ def test_sampling_tokenization_and_stop_tokens(setup):
         c.generate(setup["prompts"], 1, SamplingParams(**{**SAMPLE.__dict__, "temperature": 0.7}))
 
 
+def test_tempered_sampling_reports_log_probs_at_the_engines_temperature(setup):
+    """An engine started for rollouts at temperature 0.7 (``logprobs_mode="processed_logprobs"``):
+    each sampled token's log-prob is ``log softmax(logits / 0.7)`` over the tokens sampling may
+    produce, as the engine_client docstring states -- on this untrained model the suppressed tokens
+    carry real mass, so the renormalization is visible and checked. Greedy calls stay allowed; other
+    temperatures and top-p are refused. Breakage caught: raw (temperature 1) log-probs, or the
+    full-vocabulary value the docstring says this is not."""
+    c = _client(setup["model_dir"], sampling_temperature=0.7)
+    try:
+        tempered = SamplingParams(**{**SAMPLE.__dict__, "temperature": 0.7})
+        out = c.generate(setup["prompts"], 2, tempered)
+        model = setup["model"]
+        suppressed = torch.zeros(model.config.vocab_size, dtype=torch.bool)
+        suppressed[c.suppressed_ids] = True
+        far_from_full = 0.0
+        for r, (tokens, lps) in enumerate(zip(out.response_token_ids, out.logprobs)):
+            prompt = out.prompt_inputs[out.prompt_index[r]].input_ids.reshape(-1)
+            with torch.no_grad():
+                logits = model(torch.cat([prompt, tokens])[None]).logits[0, len(prompt) - 1:-1].float() / 0.7
+            expected = logits.masked_fill(suppressed, float("-inf")).log_softmax(-1).gather(-1, tokens[:, None])[:, 0]
+            full = logits.log_softmax(-1).gather(-1, tokens[:, None])[:, 0]
+            assert (lps - expected).abs().max().item() <= 1e-4, (lps, expected)
+            far_from_full = max(far_from_full, (lps - full).abs().max().item())
+        assert far_from_full > 1e-3  # the suppressed mass is not negligible here: the test can tell them apart
+        assert all(len(t) >= 1 for t in c.generate(setup["prompts"], 1, GREEDY).response_token_ids)
+        with pytest.raises(ValueError, match="temperature=1.0 would make"):
+            c.generate(setup["prompts"], 1, SAMPLE)
+        with pytest.raises(ValueError, match="top_p=0.9"):
+            c.generate(setup["prompts"], 1, SamplingParams(**{**tempered.__dict__, "top_p": 0.9}))
+    finally:
+        c.shutdown()
+
+
 def test_seeded_prompts_over_one_steps_budget(setup):
     """Seeded sampling of prompts whose tokens exceed one scheduler step's budget (512 here; vLLM's
     CPU default is 4096, which 8 prompts x n=8 of 82 tokens exceed): vLLM 0.32 split a prefill
@@ -239,7 +272,7 @@ def test_engine_dies_with_a_killed_parent(setup, tmp_path):
 
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({"model": str(setup["model_dir"]), "tokenizer": str(setup["model_dir"] / "tokenizer"),
-                                "seed": 0, "allowed_token_ids": None, "eos_token_id": 0, "llm_kwargs": LLM_KWARGS}))
+                                "seed": 0, "allowed_token_ids": None, "stop_token_ids": [0], "logprobs_mode": "raw_logprobs", "llm_kwargs": LLM_KWARGS}))
     code = (
         "import os, socket, subprocess, sys, time\n"
         "a, b = socket.socketpair()\n"

@@ -244,6 +244,43 @@ def test_padded_vocabulary_ids_are_suppressed_whatever_the_setting():
     assert suppressed_token_ids(config, Tok(), special_tokens=True) == [0, 1, 5, 6, 7]
 
 
+def test_the_only_stop_token_stays_samplable_when_it_is_also_the_pad_token(tmp_path):
+    # SmolLM2-135M-Instruct: <|im_end|> is its end of turn, eos and pad. Breakage caught (seen):
+    # suppressing pad suppressed the only stop token, so every rollout of the SmolLM2 recipes ran to
+    # the length limit (1,280 of 1,280 rollouts of a 20-step run finished by length) and the policy was
+    # trained on what it wrote after the answer. Qwen's shape (stop tokens <|im_end|> and
+    # <|endoftext|>, pad <|endoftext|>) keeps <|endoftext|> suppressed: <|im_end|> ends responses.
+    import json
+    from types import SimpleNamespace
+
+    from fastrl.rollout.hf_engine import default_stop_token_ids, suppressed_token_ids
+
+    class Tok:
+        def __init__(self, bos, pad):
+            self.bos_token_id, self.pad_token_id, self.unk_token_id = bos, pad, None
+
+        def __len__(self):
+            return 6
+
+        def get_vocab(self):
+            return {"<|endoftext|>": 0, "<|im_start|>": 1, "<|im_end|>": 2, "a": 3, "b": 4, "<|image_pad|>": 5}
+
+    smol = SimpleNamespace(vocab_size=8, bos_token_id=1, pad_token_id=2)
+    assert suppressed_token_ids(smol, Tok(1, 2), stop_token_ids=(2,)) == [1, 5, 6, 7]
+    assert suppressed_token_ids(smol, Tok(1, 2)) == [1, 2, 5, 6, 7]  # no stop tokens named: the old rule
+    qwen = SimpleNamespace(vocab_size=8, bos_token_id=None, pad_token_id=0)
+    assert suppressed_token_ids(qwen, Tok(None, 0), stop_token_ids=(2, 0)) == [0, 5, 6, 7]
+    with pytest.raises(ValueError, match=r"every stop token \[5\]"):
+        suppressed_token_ids(qwen, Tok(None, 0), stop_token_ids=(5,))
+
+    config = SimpleNamespace(get_text_config=lambda: SimpleNamespace(eos_token_id=2))
+    assert default_stop_token_ids(tmp_path, config) == (2,)  # no generation_config.json: config.json's
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [2, 0]}))
+    assert default_stop_token_ids(tmp_path, config) == (2, 0)
+    with pytest.raises(ValueError, match="names an eos_token_id"):
+        default_stop_token_ids(tmp_path / "none", SimpleNamespace(get_text_config=lambda: SimpleNamespace(eos_token_id=None)))
+
+
 def test_vision_tokens_are_never_sampled_even_without_special_token_suppression(tiny_vl_dir, easy_vqa_prompts):
     # rollout.suppress_special_tokens=false: bos / pad / unk become sampleable, vision tokens never.
     # The output layer is biased so that the image placeholder is the most likely token. Breakage
