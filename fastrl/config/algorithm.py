@@ -153,10 +153,12 @@ class RolloutConfig:
                 f"processing, which top-p / top-k would truncate (got top_p={self.top_p}, top_k={self.top_k}): "
                 f"use top_p=1.0 and top_k=-1 with that temperature, or temperature 1.0",
             )
+            engine_t = self.temperature if self.temperature > 0 else 1.0
             _check(
-                self.val_temperature in (0.0, self.temperature if self.temperature > 0 else 1.0),
-                f"rollout.engine='vllm' samples greedily or at rollout.temperature={self.temperature}; "
-                f"rollout.val_temperature={self.val_temperature} is neither: use 0 (greedy) or {self.temperature}",
+                self.val_temperature in (0.0, engine_t),
+                f"rollout.engine='vllm' samples greedily or at the engine's temperature {engine_t} "
+                f"(rollout.temperature={self.temperature}); rollout.val_temperature={self.val_temperature} is "
+                f"neither: use 0 (greedy) or {engine_t}",
             )
         _check(self.val_n >= 1, f"rollout.val_n must be >= 1, got {self.val_n}")
         _check(

@@ -8,7 +8,10 @@ Log-probs returned by an engine are those of the sampled tokens under the *polic
 temperature*: ``log softmax(logits / T)`` over the full vocabulary (``T = 1`` for greedy decoding),
 before top-k / top-p truncation and before token suppression -- the quantity the trainer computes
 for the same tokens (:func:`fastrl.models.logprobs.token_log_probs_from_logits`), so that the
-engine/trainer mismatch measures numerics and stale weights only.
+engine/trainer mismatch measures numerics and stale weights only. One exception: the vLLM engine
+at a temperature other than 0 and 1 reports vLLM's processed log-probs, a softmax over the tokens
+sampling may produce, ``-log(1 - q)`` above this definition (``q``: the tempered probability of the
+suppressed tokens; :mod:`fastrl.rollout.engine_client`).
 
 Weight versions: every engine counts the refits it has loaded (``weight_version``, 0 for the
 weights it was built with) and every ``generate`` call may carry the trainer's policy version (its

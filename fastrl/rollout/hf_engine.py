@@ -193,7 +193,8 @@ def suppressed_token_ids(
 def default_stop_token_ids(model_dir: str | Path, config: Any) -> tuple[int, ...]:
     """The tokens that end a response when a request names none: the model directory's
     ``generation_config.json`` ``eos_token_id`` (an int or a list), else the text config's
-    ``eos_token_id`` -- the rule vLLM applies (``ModelConfig.try_get_generation_config``).
+    ``eos_token_id`` -- the rule vLLM applies (``ModelConfig.try_get_generation_config``) to a local
+    model directory, which is what the engines are given (a hub id is not read here).
 
     Raises:
         ValueError: neither names an end-of-sequence token.

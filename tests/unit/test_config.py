@@ -263,3 +263,6 @@ def test_vllm_engine_refuses_sampling_its_log_probs_cannot_describe():
     with pytest.raises(ValueError, match=r"val_temperature=0.3 is neither"):
         cfg.RolloutConfig(**vllm, temperature=0.5, val_temperature=0.3)
     assert cfg.RolloutConfig(**vllm, temperature=0.5, val_temperature=0.5).val_temperature == 0.5
+    assert cfg.RolloutConfig(**vllm, temperature=0.0, val_temperature=1.0).val_temperature == 1.0  # engine at 1
+    with pytest.raises(ValueError, match=r"use 0 \(greedy\) or 1.0"):
+        cfg.RolloutConfig(**vllm, temperature=0.0, val_temperature=0.5)

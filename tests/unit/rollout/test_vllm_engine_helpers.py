@@ -236,3 +236,50 @@ def test_cpu_engines_prefill_each_prompt_in_one_step(server_module):
     assert whole({"max_model_len": 256, "max_num_batched_tokens": 512})["max_num_batched_tokens"] == 512
     with pytest.raises(ValueError, match="enable_chunked_prefill=True"):
         whole({"max_model_len": 256, "enable_chunked_prefill": True})
+
+
+@pytest.fixture(scope="module")
+def eos_is_pad_dir(tmp_path_factory):
+    """A tiny text model whose only stop token is its pad token (SmolLM2's shape: <|im_end|> is both)."""
+    import json
+
+    from fastrl.config import ModelConfig
+    from fastrl.models.tiny import build_tiny_text_model_dir
+
+    d = build_tiny_text_model_dir(tmp_path_factory.mktemp("eos_is_pad") / "m", ModelConfig())
+    from transformers import AutoTokenizer
+
+    pad = AutoTokenizer.from_pretrained(d / "tokenizer" if (d / "tokenizer").is_dir() else d).pad_token_id
+    gen = json.loads((d / "generation_config.json").read_text())
+    (d / "generation_config.json").write_text(json.dumps({**gen, "eos_token_id": pad}))
+    return d, pad
+
+
+@pytest.mark.parametrize("temperature,mode", [(1.0, "raw_logprobs"), (0.0, "raw_logprobs"), (0.5, "processed_logprobs")])
+def test_engine_client_sends_samplable_stop_tokens_and_the_log_prob_mode(eos_is_pad_dir, monkeypatch, temperature, mode):
+    # What the client hands the engine process, without starting it. Breakage caught: the client not
+    # passing its stop tokens to suppressed_token_ids (the pad rule then suppresses the only stop token,
+    # as it did for SmolLM2), or the temperature -> logprobs_mode choice inverted.
+    d, pad = eos_is_pad_dir
+
+    def fake_start(self):
+        self.info = {"default_stop_token_ids": self._spec["stop_token_ids"]}
+
+    monkeypatch.setattr(engine_client.EngineProcessClient, "_start", fake_start)
+    c = engine_client.EngineProcessClient(d, python=sys.executable, sampling_temperature=temperature)
+    try:
+        assert c._spec["stop_token_ids"] == [pad] and pad not in c.suppressed_ids
+        assert pad in c._spec["allowed_token_ids"]
+        assert c._spec["logprobs_mode"] == mode
+    finally:
+        c._closed = True
+        c.transport.close()
+
+
+def test_hf_engine_keeps_the_only_stop_token_samplable(eos_is_pad_dir):
+    from fastrl.config import RolloutConfig
+    from fastrl.rollout.hf_engine import HFRolloutEngine
+
+    d, pad = eos_is_pad_dir
+    engine = HFRolloutEngine.from_pretrained(d, RolloutConfig(seed=0))
+    assert engine.default_stop_token_ids == (pad,) and pad not in engine.suppressed_ids
