@@ -201,10 +201,19 @@ def default_stop_token_ids(model_dir: str | Path, config: Any) -> tuple[int, ...
     """
     path = Path(model_dir) / "generation_config.json"
     eos = json.loads(path.read_text()).get("eos_token_id") if path.is_file() else None
+    return stop_token_ids_of(eos, config, where=str(model_dir))
+
+
+def stop_token_ids_of(generation_eos: int | Sequence[int] | None, config: Any, *, where: str) -> tuple[int, ...]:
+    """``generation_eos`` (a generation config's ``eos_token_id``) as a tuple of ids, else the text
+    config's ``eos_token_id``: the one rule both engines use (:func:`default_stop_token_ids`).
+
+    Raises:
+        ValueError: neither names an end-of-sequence token (``where`` names the model in the message).
+    """
+    eos = generation_eos if generation_eos is not None else config.get_text_config().eos_token_id
     if eos is None:
-        eos = config.get_text_config().eos_token_id
-    if eos is None:
-        raise ValueError(f"{model_dir}: neither generation_config.json nor config.json names an eos_token_id; "
+        raise ValueError(f"{where}: neither generation_config.json nor config.json names an eos_token_id; "
                          f"add one, or the engine cannot end a response")
     return tuple(int(t) for t in eos) if isinstance(eos, (list, tuple)) else (int(eos),)
 
@@ -305,10 +314,9 @@ class HFRolloutEngine:
         self._generator = self._new_generator(seed)
         config = model.config
         vocab_size = config.get_text_config().vocab_size
-        eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-        if eos is None:
-            eos = config.get_text_config().eos_token_id
-        self.default_stop_token_ids: tuple[int, ...] = tuple(eos) if isinstance(eos, (list, tuple)) else (int(eos),)
+        self.default_stop_token_ids = stop_token_ids_of(
+            getattr(getattr(model, "generation_config", None), "eos_token_id", None), config,
+            where=str(getattr(config, "_name_or_path", "") or "the model"))
         self.suppressed_ids = suppressed_token_ids(
             config, self.tokenizer, special_tokens=suppress_special_tokens, stop_token_ids=self.default_stop_token_ids)
         self._suppress = torch.zeros(vocab_size, dtype=torch.bool)
