@@ -34,10 +34,22 @@ class SlurmSession:
             cmd, env={**self.env, **(env or {})}, capture_output=True, text=True, timeout=timeout, cwd=cwd or REPO
         )
 
-    def job(self, job_id: str) -> dict[str, str]:
-        """``scontrol show job`` fields of ``job_id`` (JobState, ExitCode, Dependency, Reason...)."""
-        out = self.run(["scontrol", "show", "job", "-o", job_id])
-        assert out.returncode == 0, out.stderr
+    def job(self, job_id: str, *, attempts: int = 5) -> dict[str, str]:
+        """``scontrol show job`` fields of ``job_id`` (JobState, ExitCode, Dependency, Reason...).
+
+        A query that a signal ends (scontrol dies of SIGPIPE when slurmctld, busy on a loaded
+        machine, drops its connection) is asked again, up to ``attempts`` times one second apart;
+        an answer with an exit status, and the last of the attempts, stand as they are.
+        """
+        for attempt in range(attempts):
+            out = self.run(["scontrol", "show", "job", "-o", job_id])
+            if out.returncode >= 0 or attempt == attempts - 1:
+                break
+            time.sleep(1.0)
+        assert out.returncode == 0, (
+            f"scontrol show job {job_id}: exit {out.returncode} after {attempt + 1} attempts: {out.stderr}\n"
+            f"{self.cluster.log_text()}"
+        )
         return dict(re.findall(r"(\w+)=(\S*)", out.stdout))
 
     def wait_job(self, job_id: str, timeout: float = 90) -> dict[str, str]:
@@ -47,7 +59,7 @@ class SlurmSession:
             info = self.job(job_id)
             if info.get("JobState") in TERMINAL_STATES:
                 return info
-            time.sleep(0.2)
+            time.sleep(0.5)
         raise AssertionError(f"job {job_id} not finished after {timeout} s: {self.job(job_id)}\n{self.cluster.log_text()}")
 
 
