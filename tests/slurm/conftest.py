@@ -41,7 +41,7 @@ class SlurmSession:
         machine, drops its connection) is asked again, up to ``attempts`` times one second apart;
         an answer with an exit status, and the last of the attempts, stand as they are.
         """
-        for attempt in range(attempts):
+        for attempt in range(max(1, attempts)):
             out = self.run(["scontrol", "show", "job", "-o", job_id])
             if out.returncode >= 0 or attempt == attempts - 1:
                 break
