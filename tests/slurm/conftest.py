@@ -14,6 +14,8 @@ from slurm_cluster import LocalSlurmCluster  # this folder is on sys.path (no __
 
 REPO = Path(__file__).resolve().parents[2]
 TERMINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
+#: Tries of one ``scontrol show job`` query that a signal ends (:meth:`SlurmSession.job`).
+SCONTROL_ATTEMPTS = 5
 
 
 class SlurmSession:
@@ -34,20 +36,20 @@ class SlurmSession:
             cmd, env={**self.env, **(env or {})}, capture_output=True, text=True, timeout=timeout, cwd=cwd or REPO
         )
 
-    def job(self, job_id: str, *, attempts: int = 5) -> dict[str, str]:
+    def job(self, job_id: str) -> dict[str, str]:
         """``scontrol show job`` fields of ``job_id`` (JobState, ExitCode, Dependency, Reason...).
 
         A query that a signal ends (scontrol dies of SIGPIPE when slurmctld, busy on a loaded
-        machine, drops its connection) is asked again, up to ``attempts`` times one second apart;
-        an answer with an exit status, and the last of the attempts, stand as they are.
+        machine, drops its connection) is asked again, up to :data:`SCONTROL_ATTEMPTS` times one
+        second apart; an answer with an exit status, and the last attempt, stand as they are.
         """
-        for attempt in range(max(1, attempts)):
+        for attempt in range(1, SCONTROL_ATTEMPTS + 1):
             out = self.run(["scontrol", "show", "job", "-o", job_id])
-            if out.returncode >= 0 or attempt == attempts - 1:
+            if out.returncode >= 0 or attempt == SCONTROL_ATTEMPTS:
                 break
             time.sleep(1.0)
         assert out.returncode == 0, (
-            f"scontrol show job {job_id}: exit {out.returncode} after {attempt + 1} attempts: {out.stderr}\n"
+            f"scontrol show job {job_id}: exit {out.returncode} after {attempt} attempts: {out.stderr}\n"
             f"{self.cluster.log_text()}"
         )
         return dict(re.findall(r"(\w+)=(\S*)", out.stdout))
