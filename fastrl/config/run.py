@@ -82,6 +82,12 @@ class RunConfig:
             f"trainer.test_every={self.trainer.test_every} evaluates the held-out test split, but data.test_size is 0; "
             "set data.test_size (the questions to evaluate)",
         )
+        _check(
+            not (self.trainer.old_log_probs == "engine" and self.logprobs_before_pruning),
+            "trainer.old_log_probs='engine' takes the engine's log-probs for the rows of later updates, but "
+            "trainer.logprobs_before_pruning / algorithm.kl_in_reward compute the trainer's old log-probs on the full "
+            "batch before the advantages anyway: set trainer.old_log_probs=auto (or recompute)",
+        )
         mb = self.trainer.mini_batch_prompts
         _check(
             self.rollout.prompts_per_step % mb == 0,
@@ -189,6 +195,13 @@ class RunConfig:
         nothing before the advantage needs them, i.e. KL is a loss term and not in the reward.
         """
         return self.trainer.logprobs_before_pruning or self.algorithm.kl_in_reward
+
+    @property
+    def on_policy_first_update(self) -> bool:
+        """Whether the step's first optimizer update takes the detached log-probs of its own forward
+        pass as its rows' old log-probs (``trainer.old_log_probs`` auto or engine, and the old
+        log-probs are not needed before the advantages: :attr:`logprobs_before_pruning`)."""
+        return self.trainer.old_log_probs != "recompute" and not self.logprobs_before_pruning
 
     @property
     def mismatch_tolerance(self) -> float | None:

@@ -236,6 +236,19 @@ class TrainerConfig:
         "Compute old/reference log-probs on the full batch before pruning. Forced on when KL is "
         "folded into the reward; otherwise the faster after-pruning path is used.",
     )
+    old_log_probs: Literal["auto", "recompute", "engine"] = doc(
+        "auto",
+        "Where the PPO ratio's old-policy log-probs come from. auto: the step's first optimizer "
+        "update is on-policy (the engine generated its rows with the weights being updated), so its "
+        "rows take the detached log-probs of the update's own forward pass (exact; no old-policy "
+        "pass for them), and the trainer's old-policy pass runs only over the rows of the step's "
+        "later updates; with trainer.logprobs_before_pruning or algorithm.kl_in_reward the old "
+        "log-probs are needed before the advantages, and the pass runs on every row. recompute: the "
+        "old-policy pass on every row. engine: as auto, but the later updates' rows take the rollout "
+        "engine's log-probs instead of a trainer pass (no old-policy pass at all; biased by the "
+        "engine/trainer numerics, docs/algorithm.md, 'Old-policy log-probs'; refused with "
+        "log-probs before pruning).",
+    )
     seed: int = doc(1, "Global seed (data order, dropout, sampling unless overridden).")
     torch_threads: int = doc(2, "torch intra-op threads per process on CPU.")
 

@@ -18,7 +18,7 @@ One :meth:`Actor.update` is one optimizer step on one mini-batch (this DP rank's
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -151,35 +151,44 @@ class Actor:
     def agg_mode(self) -> str:
         return self.algorithm.loss_agg.replace("_", "-")
 
-    def micro_batch_loss(self, mb: PolicyBatch, log_probs: torch.Tensor, global_denominator: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def micro_batch_loss(
+        self, mb: PolicyBatch, log_probs: torch.Tensor, global_denominator: torch.Tensor, *, on_policy: bool = False
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """This micro-batch's share of the mini-batch loss and its metrics (pure given log-probs).
 
         Policy loss (PPO clip / GSPO / GSPO-token, :mod:`fastrl.algorithms.losses`) plus
         ``kl_coef x`` KL to the reference policy when ``use_kl_loss``; truncated importance weights
         when the batch carries ``engine_log_probs`` and ``tis_cap`` is set.
+
+        ``on_policy``: the weights being updated are the weights that generated ``mb`` (the step's
+        first update, ``trainer.old_log_probs`` auto / engine), so the old log-probs are
+        ``log_probs.detach()`` (the PPO ratio is 1, its gradient that of the log-probs) and
+        ``mb.old_log_probs`` is not read (NaN there until this update fills it in).
         """
         alg = self.algorithm
         use_kl = alg.use_kl_loss and alg.kl_coef > 0
-        missing = [k for k in (*REQUIRED_TENSORS, *(("ref_log_probs",) if use_kl else ())) if getattr(mb, k) is None]
+        required = [k for k in REQUIRED_TENSORS if not (on_policy and k == "old_log_probs")]
+        missing = [k for k in (*required, *(("ref_log_probs",) if use_kl else ())) if getattr(mb, k) is None]
         if missing:
             raise KeyError(f"the batch lacks {missing}; the actor update needs {list(REQUIRED_TENSORS)} (+ ref_log_probs with KL loss)")
+        old = log_probs.detach() if on_policy else mb.old_log_probs
         mask = mb.response_mask
         weights = None
         if alg.tis_cap is not None and mb.engine_log_probs is not None:
             from fastrl.algorithms.importance_sampling import truncated_importance_weights
 
             weights, _ = truncated_importance_weights(
-                mb.old_log_probs, mb.engine_log_probs, mask, level=alg.tis_level, cap=alg.tis_cap
+                old, mb.engine_log_probs, mask, level=alg.tis_level, cap=alg.tis_cap
             )
         if alg.loss_type == "ppo":
             loss, metrics = ppo_clip_loss(
-                log_probs, mb.old_log_probs, mb.advantages, mask,
+                log_probs, old, mb.advantages, mask,
                 global_denominator=global_denominator, clip_low=alg.clip_low, clip_high=alg.clip_high,
                 dual_clip=alg.dual_clip_c, agg_mode=self.agg_mode, importance_weights=weights,
             )  # fmt: skip
         else:
             loss, metrics = gspo_loss(
-                log_probs, mb.old_log_probs, mb.advantages, mask,
+                log_probs, old, mb.advantages, mask,
                 global_denominator=global_denominator, clip_low=alg.gspo_clip_low, clip_high=alg.gspo_clip_high,
                 variant="token" if alg.loss_type == "gspo_token" else "sequence", agg_mode=self.agg_mode,
                 importance_weights=weights,
@@ -199,6 +208,25 @@ class Actor:
 
     def forward_backward(self, batch: PolicyBatch, micro_sizes: list[int] | None = None) -> dict[str, float]:
         """Gradients of the mini-batch loss, reduced over DP, in the DDP grad buffers (no step).
+        See :meth:`_forward_backward` (with the batch's own ``old_log_probs``)."""
+        return self._forward_backward(batch, micro_sizes, on_policy=False)[0]
+
+    def forward_backward_on_policy(
+        self, batch: PolicyBatch, micro_sizes: list[int] | None = None
+    ) -> tuple[dict[str, float], torch.Tensor]:
+        """:meth:`forward_backward` of an on-policy mini-batch (the weights being updated generated
+        its rows): the old log-probs are the detached log-probs of this forward pass
+        (:meth:`micro_batch_loss` with ``on_policy``), and they are returned, float32 [N, T] (zero
+        outside ``batch.response_mask``, as :func:`~fastrl.models.logprobs.compute_log_probs`
+        gives them) on every pipeline stage, for the later passes over these rows and the
+        engine/trainer mismatch guard."""
+        metrics, captured = self._forward_backward(batch, micro_sizes, on_policy=True)
+        return metrics, cast(torch.Tensor, captured)
+
+    def _forward_backward(
+        self, batch: PolicyBatch, micro_sizes: list[int] | None, *, on_policy: bool
+    ) -> tuple[dict[str, float], torch.Tensor | None]:
+        """Gradients of the mini-batch loss, reduced over DP, in the DDP grad buffers (no step).
 
         ``micro_sizes``: rows of each consecutive micro-batch (summing to ``len(batch)``; the free
         geometry's token-budget cut, :func:`fastrl.training.geometry.token_micro_batches`; no
@@ -207,11 +235,13 @@ class Actor:
         for every cut (``tests/distributed/test_split_invariance.py``).
 
         Returns:
-            ``actor/loss`` (the global mini-batch loss, identical on every rank of the last pipeline
-            stage after the DP all-reduce; also broadcast to earlier stages), ``actor/pg_loss``,
-            ``actor/kl_loss``, and for every other loss metric its plain mean over the micro-batches
-            and then over the DP ranks (each micro-batch counts once, whatever its token count;
-            within a micro-batch the metric is a token mean, :mod:`fastrl.algorithms.losses`).
+            The metrics: ``actor/loss`` (the global mini-batch loss, identical on every rank of the
+            last pipeline stage after the DP all-reduce; also broadcast to earlier stages),
+            ``actor/pg_loss``, ``actor/kl_loss``, and for every other loss metric its plain mean
+            over the micro-batches and then over the DP ranks (each micro-batch counts once,
+            whatever its token count; within a micro-batch the metric is a token mean,
+            :mod:`fastrl.algorithms.losses`); and with ``on_policy`` the forward's detached
+            log-probs, float32 [N, T] on every pipeline stage (None otherwise).
         """
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
@@ -235,10 +265,14 @@ class Actor:
         if float(global_den) <= 0:
             raise ValueError("the mini-batch has no response tokens on any DP rank")
         scale = len(micro_batches) * collectives.dp_size()
+        captured: list[torch.Tensor] = []
+        t = batch.seq_length
 
         def loss_fn(mb: PolicyBatch, logits: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
             lp = logprob_ops.token_log_probs_from_logits(logits, mb.input_ids, self.temperature)
-            loss, metrics = self.micro_batch_loss(mb, lp, global_den.to(lp.dtype))
+            if on_policy:
+                captured.append(torch.nn.functional.pad(lp.detach() * mb.response_mask, (0, t - mb.seq_length)))
+            loss, metrics = self.micro_batch_loss(mb, lp, global_den.to(lp.dtype), on_policy=on_policy)
             return loss * scale, metrics
 
         outputs = get_forward_backward_func()(
@@ -250,7 +284,12 @@ class Actor:
             micro_batch_size=len(micro_batches[0]),  # unused without pipeline parallelism
             forward_only=False,
         )
-        return self._reduce_metrics(outputs)
+        metrics = self._reduce_metrics(outputs)
+        if not on_policy:
+            return metrics, None
+        device = batch.input_ids.device
+        local = torch.cat(captured).to(device) if collectives.pipeline_is_last_stage() else None
+        return metrics, collectives.broadcast_from_last_pipeline_stage(local, (len(batch), t), torch.float32, device)
 
     def _reduce_metrics(self, outputs: list[dict[str, torch.Tensor]]) -> dict[str, float]:
         sums = {"actor/loss", "actor/pg_loss", "actor/kl_loss"}  # shares of the mini-batch loss: add up

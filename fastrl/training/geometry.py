@@ -109,15 +109,24 @@ class UpdatePlan:
     """One DP rank's policy update of one step (computed once, :func:`plan_update`).
 
     Attributes:
-        update_rows: rows of each optimizer update of one pass, consecutive over the rank's rows
-            (their sum is the rank's row count).
+        row_order: the rank's rows in the order the updates consume them (indices into the rank's
+            batch, a permutation): each update's share of rows (consecutive in the rank's batch)
+            sorted by length, longest first (:func:`length_grouped_order`), so that every
+            micro-batch holds rows of similar length and the padding each pass computes on is
+            small. Every update keeps its rows: only their order, and so the micro-batch
+            grouping, changes (the loss of an update is a token sum over the update's global token
+            count, the same for every grouping).
+        update_rows: rows of each optimizer update of one pass, consecutive over the rows in
+            ``row_order`` (their sum is the rank's row count).
         micro_batches: per update, the sizes of its consecutive micro-batches (a token budget,
-            :func:`token_micro_batches`), or None for micro-batches of ``parallel.micro_batch_size``.
+            :func:`token_micro_batches`, over the lengths in ``row_order``), or None for
+            micro-batches of ``parallel.micro_batch_size``.
         passes: ``algorithm.ppo_epochs`` passes over the rows.
         lr_positions: the LR-schedule position of each update, in order (``passes x
             len(update_rows)`` of them, :func:`lr_positions`).
     """
 
+    row_order: tuple[int, ...]
     update_rows: tuple[int, ...]
     micro_batches: tuple[tuple[int, ...] | None, ...]
     passes: int
@@ -138,16 +147,19 @@ def plan_update(cfg: RunConfig, lengths: list[int] | torch.Tensor, *, n: int, dp
     updates per pass over equal shares (:func:`update_shares`), each cut into micro-batches by
     ``trainer.micro_batch_tokens`` (:func:`token_micro_batches`) unless micro-batches must be equal.
     The LR positions share the step's ``updates_per_step_estimate`` units (:func:`lr_positions`).
+    Within each update the rows are grouped by length (:attr:`UpdatePlan.row_order`).
 
     Raises:
         ValueError: no rows, ``step < 1``, or rows that do not split into whole micro-batches.
     """
-    lens = [int(x) for x in (lengths.tolist() if isinstance(lengths, torch.Tensor) else lengths)]
+    raw = [int(x) for x in (lengths.tolist() if isinstance(lengths, torch.Tensor) else lengths)]
     mbs = cfg.parallel.micro_batch_size
     if free_geometry(cfg):
-        per = update_shares(len(lens), updates_per_pass(cfg), mbs if equal_micro_batches(cfg) else 1)
+        per = update_shares(len(raw), updates_per_pass(cfg), mbs if equal_micro_batches(cfg) else 1)
     else:
-        per = mini_batch_sizes(len(lens), rank_mini_batch_rows(cfg, dp_size, n), mbs)
+        per = mini_batch_sizes(len(raw), rank_mini_batch_rows(cfg, dp_size, n), mbs)
+    order = length_grouped_order(raw, per)
+    lens = [raw[i] for i in order]
     micro: list[tuple[int, ...] | None] = []
     start = 0
     for size in per:
@@ -156,7 +168,51 @@ def plan_update(cfg: RunConfig, lengths: list[int] | torch.Tensor, *, n: int, dp
         start += size
     passes = cfg.algorithm.ppo_epochs
     positions = lr_positions(step, len(per) * passes, updates_per_step_estimate(cfg))
-    return UpdatePlan(update_rows=tuple(per), micro_batches=tuple(micro), passes=passes, lr_positions=tuple(positions))
+    return UpdatePlan(
+        row_order=tuple(order), update_rows=tuple(per), micro_batches=tuple(micro), passes=passes,
+        lr_positions=tuple(positions),
+    )
+
+
+def length_grouped_order(lengths: list[int], shares: list[int] | tuple[int, ...]) -> list[int]:
+    """A permutation of ``range(len(lengths))`` that sorts each consecutive share of rows (sizes
+    ``shares``, summing to ``len(lengths)``) by length, longest first (ties keep their order): rows
+    never leave their share (an optimizer update keeps its rows), and consecutive micro-batches cut
+    from a share hold rows of similar length, so trimming each micro-batch to its longest row
+    (:func:`fastrl.models.logprobs.fit_micro_batches`) leaves little padding. Longest first: the
+    activation peak of the update comes at its first micro-batch.
+
+    Raises:
+        ValueError: the shares do not sum to the row count, or one is negative.
+    """
+    if sum(shares) != len(lengths) or min(shares, default=0) < 0:
+        raise ValueError(f"update shares {list(shares)} do not split {len(lengths)} rows")
+    order: list[int] = []
+    start = 0
+    for size in shares:
+        order.extend(sorted(range(start, start + size), key=lambda i: -lengths[i]))
+        start += size
+    return order
+
+
+def padded_token_share(lengths: list[int] | torch.Tensor, micro_batches: list[int] | tuple[int, ...]) -> tuple[int, int]:
+    """``(real, computed)`` tokens of consecutive micro-batches of ``micro_batches`` rows over rows
+    of ``lengths`` tokens, each micro-batch run at its own longest row (no sequence multiple):
+    ``1 - real / computed`` is the share of the computed tokens that is padding.
+
+    Raises:
+        ValueError: the micro-batch sizes do not sum to the row count.
+    """
+    lens = [int(x) for x in (lengths.tolist() if isinstance(lengths, torch.Tensor) else lengths)]
+    if sum(micro_batches) != len(lens):
+        raise ValueError(f"micro-batch sizes {list(micro_batches)} do not split {len(lens)} rows")
+    real = computed = start = 0
+    for size in micro_batches:
+        part = lens[start : start + size]
+        real += sum(part)
+        computed += size * max(part, default=0)
+        start += size
+    return real, computed
 
 
 def updates_per_pass(cfg: RunConfig) -> int:

@@ -141,15 +141,23 @@ def train_step(run: RunParts, state: TrainState, step: int) -> StepOutput:
         m.update(metrics)
     logged = tuple(rollout_records(step, advantaged, outcome, dp_rank=ctx.dp_rank)) if (
         due(cfg.logging.rollouts_every, step) and writes_rollouts(ctx)) else ()
+    plan = plan_update(cfg, batch.lengths, n=n, dp_size=ctx.dp_size, step=step)  # updates, cuts, LR
+    batch = batch.select(plan.row_order)                                     # rows grouped by length
+    on_policy = plan.update_rows[0] if cfg.on_policy_first_update else 0    # its own forward: old log-probs
+
+    def guard(metrics: dict[str, float]) -> None:                            # stale weights: stop, no update
+        check_rollout_mismatch(metrics, tolerance=cfg.mismatch_tolerance, step=step, setting=tolerance_note)
+
     if not early:                                                            # 8. old/ref on kept rows
         batch, metrics = add_log_probs(
-            batch, run.actor, run.reference, micro_batch_size=mbs, phase=timer.phase, micro_batch_tokens=lp_tokens
+            batch, run.actor, run.reference, micro_batch_size=mbs, phase=timer.phase, micro_batch_tokens=lp_tokens,
+            old_from=on_policy, engine_old=cfg.trainer.old_log_probs == "engine",
         )
         m.update(metrics)
-        check_rollout_mismatch(metrics, tolerance=cfg.mismatch_tolerance, step=step, setting=tolerance_note)
-    plan = plan_update(cfg, batch.lengths, n=n, dp_size=ctx.dp_size, step=step)  # updates, cuts, LR
+        if not on_policy:
+            guard(metrics)
     with timer.phase("update"):                                              # 9. policy update
-        m.update(update_policy(batch, run.actor, plan))
+        m.update(update_policy(batch, run.actor, plan, on_policy_rows=on_policy, guard=guard))
     release_cached_memory(ctx.device)                                        # GPU: the activation peak
     with timer.phase("refit"):                                               # weights -> engine
         m.update(refit(run.engine, run.actor))

@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, cast
 
 from fastrl.batch import PolicyBatch
+from fastrl.distributed import collectives
 from fastrl.distributed.dp_pruning import concat_batches
 from fastrl.models import logprobs as lp_ops
 from fastrl.models.provider import export_hf_weights
-from fastrl.training.geometry import UpdatePlan, token_micro_batches
+from fastrl.training.geometry import UpdatePlan, padded_token_share, token_micro_batches
 from fastrl.training.rollout_batch import padding_rows
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -23,83 +24,157 @@ Phase = Callable[[str], ContextManager[Any]]
 
 def add_log_probs(
     batch: PolicyBatch, actor: "Actor", reference: "MegatronPolicy | None", *, micro_batch_size: int, phase: Phase,
-    micro_batch_tokens: int = 0,
+    micro_batch_tokens: int = 0, old_from: int = 0, engine_old: bool = False,
 ) -> tuple[PolicyBatch, Metrics]:
     """``batch`` with ``old_log_probs`` (and ``ref_log_probs`` when there is a reference policy),
-    float32 [N, T]: a new batch, ``batch`` is unchanged; metrics: the engine/trainer log-prob mismatch.
+    float32 [N, T]: a new batch, ``batch`` is unchanged; metrics: the engine/trainer log-prob
+    mismatch (:func:`~fastrl.models.logprobs.reduce_mismatch_metrics`) when every row has its old
+    log-probs here, else none (the update measures it: :func:`update_policy`).
 
-    ``N`` need not be a multiple of ``micro_batch_size`` (the full batch before pruning, e.g. after
-    DAPO's filter): the forward passes run on the batch padded with zero-weight copies of row 0
+    ``old_from``: the rows before it are the step's first, on-policy update
+    (:attr:`~fastrl.config.RunConfig.on_policy_first_update`), whose old log-probs that update's
+    own forward pass gives: here they are NaN (read by nothing before the update fills them in),
+    and the old-policy pass runs over rows ``old_from:`` only (none when it is ``N``).
+    ``engine_old``: rows ``old_from:`` take the engine's log-probs (``trainer.old_log_probs='engine'``)
+    instead of the old-policy pass.
+
+    The passes run with the rows sorted by length, longest first, and the results are put back in
+    the batch's order, so the micro-batches hold rows of similar length (little padding; exact:
+    a row's log-probs do not depend on its micro-batch). ``N`` need not be a multiple of
+    ``micro_batch_size`` (the full batch before pruning, e.g. after DAPO's filter): the forward
+    passes run on the batch padded with zero-weight copies of row 0
     (:func:`~fastrl.training.rollout_batch.padding_rows`), whose log-probs are dropped.
     ``micro_batch_tokens > 0`` (free geometry, no pipeline parallelism): the passes run over
     micro-batches of at most that many tokens instead, no padding
     (:func:`~fastrl.training.geometry.token_micro_batches`).
+
+    Raises:
+        ValueError: no engine log-probs on the batch, or ``old_from`` outside ``[0, N]``.
     """
+    import torch
+
     if batch.engine_log_probs is None:
         raise ValueError("add_log_probs needs the engine's log-probs on the batch (to_policy_batch sets them)")
     n = len(batch)
-    if micro_batch_tokens > 0:
-        sizes = token_micro_batches(batch.lengths, micro_batch_tokens, micro_batch_size * 8)
-
-        def run(chunks: list[Any]) -> Any:
-            import torch
-
-            outs, start = [], 0
-            for size in sizes:
-                part = batch.select(range(start, start + size))
-                outs.append(lp_ops.compute_log_probs(
-                    chunks, part, micro_batch_size=size, temperature=actor.temperature,
-                    sequence_multiple=actor.sequence_multiple,
-                ))
-                start += size
-            return torch.cat(outs, dim=0)
-    else:
-        extra = -n % micro_batch_size
-        inputs = batch if extra == 0 else concat_batches([batch, padding_rows(batch, extra)])
-
-        def run(chunks: list[Any]) -> Any:
-            return lp_ops.compute_log_probs(
-                chunks, inputs, micro_batch_size=micro_batch_size, temperature=actor.temperature,
-                sequence_multiple=actor.sequence_multiple,
-            )[:n]
-    with phase("old"):
-        old = run(actor.policy.chunks) if micro_batch_tokens > 0 else actor.log_probs(inputs)[:n]
-    added = {"old_log_probs": old}
+    if not 0 <= old_from <= n:
+        raise ValueError(f"old_from={old_from} is not a row boundary of a batch of {n} rollouts")
+    added: dict[str, Any] = {}
     if reference is not None:
         with phase("ref"):
-            added["ref_log_probs"] = run(reference.chunks)
-    mismatch = lp_ops.mismatch_metrics(old, batch.engine_log_probs, batch.response_mask)
-    return batch.with_tensors(**added), lp_ops.reduce_mismatch_metrics(mismatch)
+            added["ref_log_probs"] = _passes(batch, reference.chunks, actor, micro_batch_size, micro_batch_tokens)
+    if engine_old:
+        later = batch.engine_log_probs[old_from:].clone()
+    elif old_from < n:
+        with phase("old"):
+            later = _passes(batch.select(range(old_from, n)), actor.policy.chunks, actor, micro_batch_size, micro_batch_tokens)
+    else:
+        later = batch.engine_log_probs[n:].clone()  # no rows
+    head = torch.full((old_from, batch.seq_length), float("nan"), dtype=torch.float32, device=later.device)
+    added["old_log_probs"] = torch.cat([head, later]) if old_from else later
+    out = batch.with_tensors(**added)
+    if old_from:
+        return out, {}
+    return out, lp_ops.reduce_mismatch_metrics(lp_ops.mismatch_metrics(later, batch.engine_log_probs, batch.response_mask))
 
 
-def update_policy(batch: PolicyBatch, actor: "Actor", plan: UpdatePlan) -> Metrics:
+def _passes(batch: PolicyBatch, chunks: list[Any], actor: "Actor", micro_batch_size: int, micro_batch_tokens: int) -> Any:
+    """float32 [N, T] log-probs of ``batch`` under ``chunks`` (the actor's or the reference's), the
+    rows run sorted by length (longest first) and returned in the batch's order."""
+    import torch
+
+    n = len(batch)
+    lengths = batch.lengths.tolist()
+    order = sorted(range(n), key=lambda i: -lengths[i])
+    inverse = torch.empty(n, dtype=torch.long)
+    inverse[torch.tensor(order, dtype=torch.long)] = torch.arange(n)
+    rows = batch.select(order)
+    if micro_batch_tokens > 0:
+        outs, start = [], 0
+        for size in token_micro_batches(rows.lengths, micro_batch_tokens, micro_batch_size * 8):
+            outs.append(lp_ops.compute_log_probs(
+                chunks, rows.select(range(start, start + size)), micro_batch_size=size,
+                temperature=actor.temperature, sequence_multiple=actor.sequence_multiple,
+            ))
+            start += size
+        out = torch.cat(outs, dim=0)
+    else:
+        extra = -n % micro_batch_size
+        inputs = rows if extra == 0 else concat_batches([rows, padding_rows(rows, extra)])
+        out = lp_ops.compute_log_probs(
+            chunks, inputs, micro_batch_size=micro_batch_size, temperature=actor.temperature,
+            sequence_multiple=actor.sequence_multiple,
+        )[:n]
+    return out[inverse.to(out.device)]
+
+
+def update_policy(
+    batch: PolicyBatch, actor: "Actor", plan: UpdatePlan, *, on_policy_rows: int = 0,
+    guard: Callable[[Metrics], None] | None = None,
+) -> Metrics:
     """``plan.passes`` passes over this rank's rows, one optimizer update per entry of
     ``plan.update_rows`` (its micro-batch cut and LR position from the plan,
-    :func:`~fastrl.training.geometry.plan_update`); returns the mean of each update metric and
-    ``actor/updates``.
+    :func:`~fastrl.training.geometry.plan_update`; ``batch`` already in ``plan.row_order``);
+    returns the mean of each update metric, ``actor/updates`` and the padded share of the
+    update's computed tokens (``actor/padding_fraction``).
+
+    ``on_policy_rows`` (``plan.update_rows[0]``, or 0): the first update is on-policy
+    (:attr:`~fastrl.config.RunConfig.on_policy_first_update`; its rows' ``old_log_probs`` are NaN
+    placeholders, :func:`add_log_probs`): its forward pass gives their old log-probs
+    (:meth:`~fastrl.training.actor.Actor.forward_backward_on_policy`), which the later passes
+    reuse; the engine/trainer mismatch of the whole batch is then measured there and handed to
+    ``guard`` (metrics reduced over DP, every rank decides alike) before the first optimizer step,
+    so a guard that raises stops the step before any weight changes. Its metrics are returned.
 
     Every DP rank must run the same number of updates (the gradient all-reduce); the kept count is
     a multiple of dp_size, so every rank holds the same number of rows and plans the same updates
     (and the same LR positions).
 
     Raises:
-        ValueError: the plan's rows are not the batch's.
+        ValueError: the plan's rows are not the batch's, or ``on_policy_rows`` is neither 0 nor the
+            first update's rows.
     """
+    import torch
+
     if sum(plan.update_rows) != len(batch):
         raise ValueError(f"the update plan covers {sum(plan.update_rows)} rows, the batch holds {len(batch)}")
+    if on_policy_rows not in (0, plan.update_rows[0]):
+        raise ValueError(f"on_policy_rows={on_policy_rows} is not the first update's {plan.update_rows[0]} rows")
     positions = iter(plan.lr_positions)
     collected: dict[str, list[float]] = {}
-    for _ in range(plan.passes):
+    real = computed = 0
+    for epoch in range(plan.passes):
         start = 0
         for size, micro in zip(plan.update_rows, plan.micro_batches):
             part = batch.select(range(start, start + size))
-            out = actor.update(part, micro_sizes=None if micro is None else list(micro), lr_position=next(positions))
+            cut = None if micro is None else list(micro)
+            if epoch == 0 and start == 0 and on_policy_rows:
+                out, old = actor.forward_backward_on_policy(part, cut)
+                batch = batch.with_tensors(old_log_probs=torch.cat([old.to(batch.old_log_probs.device), batch.old_log_probs[size:]]))
+                mismatch = lp_ops.reduce_mismatch_metrics(
+                    lp_ops.mismatch_metrics(batch.old_log_probs, batch.engine_log_probs, batch.response_mask)
+                )
+                out.update(mismatch)
+                if guard is not None:
+                    guard(mismatch)
+                out.update(actor.step(lr_position=next(positions)))
+            else:
+                out = actor.update(part, micro_sizes=cut, lr_position=next(positions))
+            if epoch == 0:
+                r, c = padded_token_share(part.lengths, micro if micro is not None else _equal_cuts(size, actor.micro_batch_size))
+                real += r
+                computed += c if collectives.pipeline_size() == 1 else size * part.seq_length  # PP: one fixed shape
             start += size
             for k, v in out.items():
                 collected.setdefault(k, []).append(v)
     m = {k: sum(v) / len(v) for k, v in collected.items()}
     m["actor/updates"] = float(plan.updates)
+    m["actor/padding_fraction"] = 1.0 - real / computed if computed else 0.0
     return m
+
+
+def _equal_cuts(rows: int, size: int) -> list[int]:
+    """Micro-batches of ``size`` rows over ``rows`` (the last shorter)."""
+    return [min(size, rows - i) for i in range(0, rows, size)]
 
 
 def release_cached_memory(device: Any) -> None:
@@ -142,7 +217,6 @@ def _verify(engine: "VerifiableEngine", actor: "Actor") -> Metrics:
     """The refit verification (the engine's probe log-probs against the actor's). With model
     parallelism the source rank makes the probe and broadcasts it, every rank runs the actor's
     forward pass over it, the source compares and broadcasts its metrics or error."""
-    from fastrl.distributed import collectives
     from fastrl.training.refit_verify import actor_probe_logprobs, make_probe, verify_refit
 
     def trainer(probe):

@@ -85,3 +85,59 @@ def test_dispatch_of_every_method(method):
     assert sum(r.kept_per_group.values()) == r.num_kept
     if method == "greso":
         assert r.num_kept == 16  # pre-rollout skipping: every generated rollout trains
+
+
+def test_rows_are_grouped_by_length_within_each_update():
+    """Each update keeps its rows; inside it they run longest first, so the token-budget cut packs
+    rows of similar length and the padding the passes compute on shrinks.
+
+    catches: sorting across updates (``length_grouped_order`` over all rows: a row changes
+    mini-batch), the micro-batch cut computed on the unsorted lengths, the sort dropped."""
+    import dataclasses
+
+    from recipes.registry import get_recipe
+
+    cfg = get_recipe("easyvqa_tiny_fastrl_grpo_cpu")  # 2 updates per step
+    budget = dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, micro_batch_tokens=12))
+    lens = [2, 9, 3, 8, 10, 1, 7]
+    plan = G.plan_update(budget, lens, n=8, dp_size=1, step=1)
+    assert plan.update_rows == (4, 3)
+    assert plan.row_order == (1, 3, 2, 0, 4, 6, 5)  # [9, 8, 3, 2] and [10, 7, 1]: rows stay in their update
+    assert plan.micro_batches == ((1, 2, 1), (1, 2))  # cut over the sorted lengths [9], [8, 3], [2]; [10], [7, 1]
+    assert G.length_grouped_order([1, 5, 5, 2], [4]) == [1, 2, 3, 0]  # ties keep their order
+    with pytest.raises(ValueError, match="do not split"):
+        G.length_grouped_order([1, 2, 3], [2])
+    # padding: micro-batches of two rows at their own longest row
+    assert G.padded_token_share([2, 9, 3, 8], [2, 2]) == (22, 34)
+    order = G.length_grouped_order([2, 9, 3, 8], [4])
+    assert G.padded_token_share([[2, 9, 3, 8][i] for i in order], [2, 2]) == (22, 24)
+    with pytest.raises(ValueError, match="do not split"):
+        G.padded_token_share([1, 2], [3])
+
+
+def test_old_log_probs_setting_is_checked():
+    """``trainer.old_log_probs=engine`` with log-probs before pruning is refused; the on-policy
+    first update is used exactly when the old log-probs are not needed before the advantages.
+
+    catches: ``on_policy_first_update`` true with ``algorithm.kl_in_reward`` (the KL penalty would
+    read placeholder old log-probs), or true under ``recompute``."""
+    import dataclasses
+
+    from fastrl.config import ConfigError
+    from recipes.registry import get_recipe
+
+    cfg = get_recipe("easyvqa_tiny_fastrl_grpo_cpu")
+    assert cfg.trainer.old_log_probs == "auto" and cfg.on_policy_first_update
+
+    def with_(trainer=None, algorithm=None):
+        return dataclasses.replace(
+            cfg, trainer=dataclasses.replace(cfg.trainer, **(trainer or {})),
+            algorithm=dataclasses.replace(cfg.algorithm, **(algorithm or {})),
+        )
+
+    assert not with_(trainer={"old_log_probs": "recompute"}).on_policy_first_update
+    assert with_(trainer={"old_log_probs": "engine"}).on_policy_first_update
+    assert not with_(algorithm={"kl_in_reward": True, "use_kl_loss": False}).on_policy_first_update
+    assert not with_(trainer={"logprobs_before_pruning": True}).on_policy_first_update
+    with pytest.raises(ConfigError, match="old_log_probs='engine'"):
+        with_(trainer={"old_log_probs": "engine", "logprobs_before_pruning": True})

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import types
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ from fastrl.batch import ROW_TENSORS, PolicyBatch
 from fastrl.config import AlgorithmConfig
 from fastrl.training.rollout_batch import AdvantagedRollouts, ScoredRollouts, select_scored, to_policy_batch
 from fastrl.training.scoring import compute_advantages
+from fastrl.training import update_phase
 from fastrl.training.update_phase import add_log_probs
 from tests.unit.training.test_fp8_shapes import scored_rollouts
 
@@ -62,12 +64,14 @@ def test_advantages_make_another_type_and_leave_the_scores_alone():
 
 class _Actor:
     temperature = 1.0
+    sequence_multiple = None
+    policy = types.SimpleNamespace(chunks=[])
 
-    def log_probs(self, batch: PolicyBatch) -> torch.Tensor:
-        return torch.full(batch.input_ids.shape, -0.5)
 
-
-def test_add_log_probs_returns_a_new_batch():
+def test_add_log_probs_returns_a_new_batch(monkeypatch):
+    monkeypatch.setattr(
+        update_phase.lp_ops, "compute_log_probs", lambda chunks, batch, **kw: torch.full(batch.input_ids.shape, -0.5)
+    )
     batch = to_policy_batch(_scored(), range(4), pad_token_id=0)
     before = batch.row_tensors()
     out, metrics = add_log_probs(batch, _Actor(), None, micro_batch_size=2, phase=lambda name: contextlib.nullcontext())
