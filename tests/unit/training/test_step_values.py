@@ -11,11 +11,11 @@ import types
 import pytest
 import torch
 
-from fastrl.batch import ROW_TENSORS, PolicyBatch
+from fastrl.batch import ROW_TENSORS
 from fastrl.config import AlgorithmConfig
+from fastrl.training import update_phase
 from fastrl.training.rollout_batch import AdvantagedRollouts, ScoredRollouts, select_scored, to_policy_batch
 from fastrl.training.scoring import compute_advantages
-from fastrl.training import update_phase
 from fastrl.training.update_phase import add_log_probs
 from tests.unit.training.test_fp8_shapes import scored_rollouts
 
