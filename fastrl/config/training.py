@@ -249,6 +249,14 @@ class TrainerConfig:
         "engine/trainer numerics, docs/algorithm.md, 'Old-policy log-probs'; refused with "
         "log-probs before pruning).",
     )
+    group_by_length: bool = doc(
+        True,
+        "Sort each optimizer update's rows by length (longest first) before cutting them into "
+        "micro-batches, and the old / reference passes' rows likewise (results put back in order), so "
+        "a micro-batch of short rows does not compute on one long row's padding. Exact: every update "
+        "keeps its rows and the loss is a token sum over its global token count. False: the rows in "
+        "the order pruning left them (the ablation; actor/padding_fraction reports the difference).",
+    )
     seed: int = doc(1, "Global seed (data order, dropout, sampling unless overridden).")
     torch_threads: int = doc(2, "torch intra-op threads per process on CPU.")
 

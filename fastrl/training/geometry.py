@@ -110,12 +110,13 @@ class UpdatePlan:
 
     Attributes:
         row_order: the rank's rows in the order the updates consume them (indices into the rank's
-            batch, a permutation): each update's share of rows (consecutive in the rank's batch)
-            sorted by length, longest first (:func:`length_grouped_order`), so that every
+            batch, a permutation): with ``trainer.group_by_length`` (default) each update's share
+            of rows (consecutive in the rank's batch) sorted by length, longest first
+            (:func:`length_grouped_order`), so that every
             micro-batch holds rows of similar length and the padding each pass computes on is
             small. Every update keeps its rows: only their order, and so the micro-batch
             grouping, changes (the loss of an update is a token sum over the update's global token
-            count, the same for every grouping).
+            count, the same for every grouping). Otherwise the identity.
         update_rows: rows of each optimizer update of one pass, consecutive over the rows in
             ``row_order`` (their sum is the rank's row count).
         micro_batches: per update, the sizes of its consecutive micro-batches (a token budget,
@@ -147,7 +148,8 @@ def plan_update(cfg: RunConfig, lengths: list[int] | torch.Tensor, *, n: int, dp
     updates per pass over equal shares (:func:`update_shares`), each cut into micro-batches by
     ``trainer.micro_batch_tokens`` (:func:`token_micro_batches`) unless micro-batches must be equal.
     The LR positions share the step's ``updates_per_step_estimate`` units (:func:`lr_positions`).
-    Within each update the rows are grouped by length (:attr:`UpdatePlan.row_order`).
+    Within each update the rows are grouped by length (:attr:`UpdatePlan.row_order`) unless
+    ``trainer.group_by_length`` is off.
 
     Raises:
         ValueError: no rows, ``step < 1``, or rows that do not split into whole micro-batches.
@@ -158,7 +160,7 @@ def plan_update(cfg: RunConfig, lengths: list[int] | torch.Tensor, *, n: int, dp
         per = update_shares(len(raw), updates_per_pass(cfg), mbs if equal_micro_batches(cfg) else 1)
     else:
         per = mini_batch_sizes(len(raw), rank_mini_batch_rows(cfg, dp_size, n), mbs)
-    order = length_grouped_order(raw, per)
+    order = length_grouped_order(raw, per) if cfg.trainer.group_by_length else list(range(len(raw)))
     lens = [raw[i] for i in order]
     micro: list[tuple[int, ...] | None] = []
     start = 0

@@ -119,7 +119,8 @@ def train_step(run: RunParts, state: TrainState, step: int) -> StepOutput:
     if early:                                                                # old/ref on the full batch,
         batch = policy_batch(scored)                                         # before the advantages
         batch, metrics = add_log_probs(
-            batch, run.actor, run.reference, micro_batch_size=mbs, phase=timer.phase, micro_batch_tokens=lp_tokens
+            batch, run.actor, run.reference, micro_batch_size=mbs, phase=timer.phase, micro_batch_tokens=lp_tokens,
+            group_by_length=cfg.trainer.group_by_length,
         )
         m.update(metrics)
         check_rollout_mismatch(metrics, tolerance=cfg.mismatch_tolerance, step=step, setting=tolerance_note)
@@ -151,7 +152,7 @@ def train_step(run: RunParts, state: TrainState, step: int) -> StepOutput:
     if not early:                                                            # 8. old/ref on kept rows
         batch, metrics = add_log_probs(
             batch, run.actor, run.reference, micro_batch_size=mbs, phase=timer.phase, micro_batch_tokens=lp_tokens,
-            old_from=on_policy, engine_old=cfg.trainer.old_log_probs == "engine",
+            old_from=on_policy, engine_old=cfg.trainer.old_log_probs == "engine", group_by_length=cfg.trainer.group_by_length,
         )
         m.update(metrics)
         if not on_policy:

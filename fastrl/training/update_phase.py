@@ -24,7 +24,7 @@ Phase = Callable[[str], ContextManager[Any]]
 
 def add_log_probs(
     batch: PolicyBatch, actor: "Actor", reference: "MegatronPolicy | None", *, micro_batch_size: int, phase: Phase,
-    micro_batch_tokens: int = 0, old_from: int = 0, engine_old: bool = False,
+    micro_batch_tokens: int = 0, old_from: int = 0, engine_old: bool = False, group_by_length: bool = True,
 ) -> tuple[PolicyBatch, Metrics]:
     """``batch`` with ``old_log_probs`` (and ``ref_log_probs`` when there is a reference policy),
     float32 [N, T]: a new batch, ``batch`` is unchanged; metrics: the engine/trainer log-prob
@@ -38,9 +38,10 @@ def add_log_probs(
     ``engine_old``: rows ``old_from:`` take the engine's log-probs (``trainer.old_log_probs='engine'``)
     instead of the old-policy pass.
 
-    The passes run with the rows sorted by length, longest first, and the results are put back in
-    the batch's order, so the micro-batches hold rows of similar length (little padding; exact:
-    a row's log-probs do not depend on its micro-batch). ``N`` need not be a multiple of
+    ``group_by_length`` (``trainer.group_by_length``): the passes run with the rows sorted by
+    length, longest first, and the results are put back in the batch's order, so the
+    micro-batches hold rows of similar length (little padding; exact: a row's log-probs do not
+    depend on its micro-batch). ``N`` need not be a multiple of
     ``micro_batch_size`` (the full batch before pruning, e.g. after DAPO's filter): the forward
     passes run on the batch padded with zero-weight copies of row 0
     (:func:`~fastrl.training.rollout_batch.padding_rows`), whose log-probs are dropped.
@@ -61,12 +62,15 @@ def add_log_probs(
     added: dict[str, Any] = {}
     if reference is not None:
         with phase("ref"):
-            added["ref_log_probs"] = _passes(batch, reference.chunks, actor, micro_batch_size, micro_batch_tokens)
+            added["ref_log_probs"] = _passes(batch, reference.chunks, actor, micro_batch_size, micro_batch_tokens, group_by_length)
     if engine_old:
         later = batch.engine_log_probs[old_from:].clone()
     elif old_from < n:
         with phase("old"):
-            later = _passes(batch.select(range(old_from, n)), actor.policy.chunks, actor, micro_batch_size, micro_batch_tokens)
+            later = _passes(
+                batch.select(range(old_from, n)), actor.policy.chunks, actor, micro_batch_size, micro_batch_tokens,
+                group_by_length,
+            )
     else:
         later = batch.engine_log_probs[n:].clone()  # no rows
     head = torch.full((old_from, batch.seq_length), float("nan"), dtype=torch.float32, device=later.device)
@@ -77,14 +81,17 @@ def add_log_probs(
     return out, lp_ops.reduce_mismatch_metrics(lp_ops.mismatch_metrics(later, batch.engine_log_probs, batch.response_mask))
 
 
-def _passes(batch: PolicyBatch, chunks: list[Any], actor: "Actor", micro_batch_size: int, micro_batch_tokens: int) -> Any:
+def _passes(
+    batch: PolicyBatch, chunks: list[Any], actor: "Actor", micro_batch_size: int, micro_batch_tokens: int,
+    group_by_length: bool,
+) -> Any:
     """float32 [N, T] log-probs of ``batch`` under ``chunks`` (the actor's or the reference's), the
-    rows run sorted by length (longest first) and returned in the batch's order."""
+    rows run sorted by length (longest first; ``group_by_length``) and returned in the batch's order."""
     import torch
 
     n = len(batch)
     lengths = batch.lengths.tolist()
-    order = sorted(range(n), key=lambda i: -lengths[i])
+    order = sorted(range(n), key=lambda i: -lengths[i]) if group_by_length else list(range(n))
     inverse = torch.empty(n, dtype=torch.long)
     inverse[torch.tensor(order, dtype=torch.long)] = torch.arange(n)
     rows = batch.select(order)

@@ -105,6 +105,8 @@ def test_rows_are_grouped_by_length_within_each_update():
     assert plan.row_order == (1, 3, 2, 0, 4, 6, 5)  # [9, 8, 3, 2] and [10, 7, 1]: rows stay in their update
     assert plan.micro_batches == ((1, 2, 1), (1, 2))  # cut over the sorted lengths [9], [8, 3], [2]; [10], [7, 1]
     assert G.length_grouped_order([1, 5, 5, 2], [4]) == [1, 2, 3, 0]  # ties keep their order
+    off = dataclasses.replace(budget, trainer=dataclasses.replace(budget.trainer, group_by_length=False))
+    assert G.plan_update(off, lens, n=8, dp_size=1, step=1).row_order == tuple(range(7))  # the ablation
     with pytest.raises(ValueError, match="do not split"):
         G.length_grouped_order([1, 2, 3], [2])
     # padding: micro-batches of two rows at their own longest row
