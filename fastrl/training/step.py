@@ -5,7 +5,9 @@ metrics:
 
     PromptBatch -> Rollouts -> ScoredRollouts (DAPO: filtered, more rounds) -> AdvantagedRollouts
     -> PolicyBatch (with advantages) -> PruneOutcome + this rank's kept PolicyBatch
-    -> PolicyBatch with old/ref log-probs -> update metrics -> refit
+    -> UpdatePlan (rows grouped by length) -> PolicyBatch with ref log-probs, and old log-probs
+    except for the first update's rows (on-policy: its own forward gives them) -> update metrics
+    -> refit
 
 With ``trainer.logprobs_before_pruning`` or ``algorithm.kl_in_reward`` the old/ref log-probs come
 before the advantages, on the full batch:
