@@ -89,7 +89,9 @@ def test_budget_stratified_merges_copies_and_weights_restore_the_group_sums():
     outcome, m, trained = _run(method="budget_stratified", budget_fraction=0.5, dedup_threshold=0.7)
     keep = outcome.dp.keep
     assert m["prune/duplicate_rows"] == 1 and not keep[13]  # row 13 copies row 12
-    assert keep[12]  # the right bucket of group 3 has two candidates (12, 15): k = 2 keeps both
+    assert keep[12] and keep[15]  # the right bucket of group 3 has two candidates (12, 15): k = 2 keeps both
+    w = outcome.weights
+    assert float(w[12]) == pytest.approx(2 * float(w[15]))  # 12 stands for itself and its copy 13
     adv = outcome.dp.inputs.advantages * outcome.weights.double()
     for g in (1, 3):
         assert float(adv[outcome.dp.inputs.group_ids == g].sum()) == pytest.approx(0.0, abs=1e-6)
