@@ -35,7 +35,7 @@ def near_duplicate_clusters(
     responses: Sequence[Any],
     *,
     ngram: int = 5,
-    threshold: float = 0.7,
+    threshold: float = 0.8,
     semantics: Semantics = "reference",
     adv_tolerance: float = 1e-4,
 ) -> np.ndarray:
