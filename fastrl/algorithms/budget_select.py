@@ -18,8 +18,8 @@ rule spends a fixed per-step budget where the gradient is:
    lasts: ``max(1, int(budget_fraction x N))`` rollouts (``budget_unit="rollouts"``) or the longest
    prefix whose response tokens sum to at most ``int(budget_fraction x T)``
    (``budget_unit="tokens"``). Level 0 (one rollout of every informative bucket) is always kept,
-   even past the budget (``budget_floor_excess`` says by how much): an informative bucket is never
-   emptied. Then levels ``1 .. min_per_bucket - 1`` (up to ``min_per_bucket`` per bucket, a level
+   even past the budget (the trainer logs the excess, ``prune/budget_excess``): an informative
+   bucket is never emptied. Then levels ``1 .. min_per_bucket - 1`` (up to ``min_per_bucket`` per bucket, a level
    that does not fit whole is filled in ``v`` order), then the other informative rows in ``v``
    order, then the zero-advantage rows in ``v`` order.
 4. MDAP's Phase 2 refill and :class:`~fastrl.algorithms.pruning.PruneResult` follow

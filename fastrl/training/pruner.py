@@ -74,7 +74,8 @@ class StepSelection:
         kl_weights: float32 [N] KL-loss weights (``pruning.zero_adv_kl='sample'``), or None.
         clusters: int64 [N] near-duplicate representative row of each row (budget_stratified with
             ``pruning.dedup_threshold``), or None.
-        metrics: ``prune/uniform_*`` and ``prune/duplicate_*`` counts of the step.
+        metrics: ``prune/uniform_*``, ``prune/duplicate_*`` and ``prune/budget_excess`` (budget_stratified:
+            rollouts or tokens kept past the budget to keep one per informative bucket) of the step.
     """
 
     result: P.PruneResult
@@ -214,4 +215,10 @@ def _budget(cfg, advantages, group_ids, responses, lengths, generator, common):
         budget_unit=cfg.budget_unit, min_per_bucket=cfg.min_per_bucket, candidates=candidates,
         response_lengths=lengths, **buckets, **common,
     )
+    n = int(advantages.shape[0])
+    if cfg.budget_unit == "rollouts":
+        m["prune/budget_excess"] = float(max(0, int(result.phase1_keep.sum()) - max(1, int(cfg.budget_fraction * n))))
+    else:
+        budget = int(cfg.budget_fraction * int(lengths.sum()))
+        m["prune/budget_excess"] = float(max(0, int(lengths[result.phase1_keep].sum()) - budget))
     return result, clusters, m

@@ -109,7 +109,7 @@ def test_select_step_runs_the_method_on_the_mixed_groups_only():
     s = select_step(cfg, grpo_advantages(r, gid), gid, [torch.tensor(x) for x in RESPONSES], multiple=1,
                     generator=torch.Generator().manual_seed(0))
     assert int(s.result.keep.sum()) == 4 and not (s.result.keep & UNIFORM).any()
-    assert s.metrics["prune/uniform_rollouts"] == 8
+    assert s.metrics["prune/uniform_rollouts"] == 8 and s.metrics["prune/budget_excess"] == 0
 
 
 @pytest.mark.parametrize(
@@ -128,3 +128,40 @@ def test_settings_that_would_be_ignored_are_refused(kwargs, message):
     """catches: a budget / KL-sample setting accepted and ignored under another method or mode."""
     with pytest.raises(ValueError, match=message):
         PruningConfig(**kwargs)
+
+
+def test_budget_excess_counts_the_floor_kept_past_a_tiny_budget():
+    """catches: the excess logged against the wrong budget (the whole batch instead of the mixed
+    groups the rule saw) or not at all: budget 1 of 8 mixed rollouts, 4 informative buckets -> 3."""
+    from fastrl.algorithms.advantages import grpo_advantages
+
+    r = torch.tensor(REWARDS)
+    gid = torch.arange(4).repeat_interleave(4)
+    cfg = PruningConfig(method="budget_stratified", budget_fraction=0.125, dedup_threshold=None, drop_uniform_groups=True)
+    s = select_step(cfg, grpo_advantages(r, gid), gid, [torch.tensor(x) for x in RESPONSES], multiple=1,
+                    generator=torch.Generator().manual_seed(0))
+    assert int(s.result.keep.sum()) == 4 and s.metrics["prune/budget_excess"] == 3
+
+
+def test_the_actor_loss_applies_the_batchs_kl_weights():
+    """catches: the actor not passing the batch's ``kl_weights`` to the KL loss (a sampled uniform
+    rollout's KL counted once instead of U / s times)."""
+    from types import SimpleNamespace
+
+    from fastrl.batch import PolicyBatch
+    from fastrl.config import AlgorithmConfig
+    from fastrl.training.actor import Actor
+
+    ids = torch.ones(2, 3, dtype=torch.long)
+    mask = torch.tensor([[False, True, True], [False, True, True]])
+    lp = torch.tensor([[0.0, -1.0, -2.0], [0.0, -0.5, -1.5]])
+    mb = PolicyBatch(
+        input_ids=ids, attention_mask=torch.ones(2, 3, dtype=torch.bool), response_mask=mask,
+        advantages=torch.zeros(2), old_log_probs=lp, ref_log_probs=lp - 0.3,
+    )
+    stub = SimpleNamespace(algorithm=AlgorithmConfig(tis_cap=None), agg_mode="token-mean")
+    den = torch.tensor(4.0)
+    _, plain = Actor.micro_batch_loss(stub, mb, lp, den)
+    _, weighted = Actor.micro_batch_loss(stub, mb.with_tensors(kl_weights=torch.tensor([1.0, 3.0])), lp, den)
+    # equal per-row KL here, so weights 1 and 3 double the KL term
+    torch.testing.assert_close(weighted["actor/kl_loss"], 2 * plain["actor/kl_loss"])
