@@ -1,13 +1,14 @@
 """Budgeted stratified rollout selection (``pruning.method="budget_stratified"``, issue 49).
 
-On real text MDAP keeps one rollout per advantage bucket (its similarity test is inert), and a third
-or more of what it keeps are the rollouts of uniform groups (advantage 0: no policy gradient). This
-rule spends a fixed per-step budget where the gradient is:
+On real text MDAP keeps one rollout per advantage bucket (its similarity test is inert), and 30-40%
+of what it keeps are the rollouts of uniform groups (advantage 0: no policy gradient;
+docs/algorithm.md, "MDAP on real text"). This rule spends a fixed per-step budget where the gradient is:
 
 1. Every row gets two uniform draws ``u``, ``v`` keyed by ``(seed, group id, position in its
    group)`` (:func:`keyed_uniforms`; the seed is one draw from the caller's generator). They depend
    on the rollout, not on its row, so every data-parallel layout of the same groups (the gathered
-   batch is the ranks' rows in rank order) makes the same decision for every rollout.
+   batch is the ranks' rows in rank order; a group's rollouts are generated on one rank, in one
+   order) makes the same decision for every rollout.
 2. *Informative* rows are those whose advantage rounds (4 decimals, the reference's bucket key)
    to a non-zero value: the rows of mixed groups off the group mean. Within each advantage bucket
    they are ranked by ``u`` (a uniform random order); a row's *level* is ``min(rank,
@@ -19,9 +20,9 @@ rule spends a fixed per-step budget where the gradient is:
    prefix whose response tokens sum to at most ``int(budget_fraction x T)``
    (``budget_unit="tokens"``). Level 0 (one rollout of every informative bucket) is always kept,
    even past the budget (the trainer logs the excess, ``prune/budget_excess``): an informative
-   bucket is never emptied. Then levels ``1 .. min_per_bucket - 1`` (up to ``min_per_bucket`` per bucket, a level
-   that does not fit whole is filled in ``v`` order), then the other informative rows in ``v``
-   order, then the zero-advantage rows in ``v`` order.
+   bucket is never emptied. Then levels ``1 .. min_per_bucket - 1`` (up to ``min_per_bucket`` per
+   bucket; a level that does not fit whole is filled in ``v`` order), then the other informative
+   rows in ``v`` order, then the zero-advantage rows in ``v`` order.
 4. MDAP's Phase 2 refill and :class:`~fastrl.algorithms.pruning.PruneResult` follow
    (:func:`~fastrl.algorithms.pruning.finish_pruner`).
 

@@ -353,7 +353,9 @@ class PruningConfig:
     )
     zero_adv_kl_samples: int = doc(4, "zero_adv_kl=sample: uniform-group rollouts kept per step (global) for the KL term.")
     budget_fraction: float = doc(
-        0.25, "budget_stratified: per-step budget, a fraction in (0, 1] of the rollouts or of the response tokens."
+        0.25,
+        "budget_stratified: per-step budget, a fraction in (0, 1] of the rollouts or of the response tokens "
+        "(with drop_uniform_groups: of the mixed groups' rollouts or tokens, what the rule sees).",
     )
     budget_unit: Literal["rollouts", "tokens"] = doc(
         "rollouts", "budget_stratified: what budget_fraction counts, rollouts or response tokens."
