@@ -14,7 +14,7 @@ from typing import Iterator, Sequence
 import torch
 
 #: The optional per-rollout tensors of a :class:`PolicyBatch` (first dimension N), in field order.
-ROW_TENSORS = ("group_ids", "advantages", "engine_log_probs", "old_log_probs", "ref_log_probs")
+ROW_TENSORS = ("group_ids", "advantages", "kl_weights", "engine_log_probs", "old_log_probs", "ref_log_probs")
 
 #: Those of them that are per token, [N, T] aligned with ``input_ids``.
 TOKEN_TENSORS = ("engine_log_probs", "old_log_probs", "ref_log_probs")
@@ -35,6 +35,8 @@ class PolicyBatch:
         image_grid_thw: per rollout, int64 [images, 3] (temporal, height, width patches) or None.
         group_ids: int64 [N], the global group (prompt) id of each rollout, or None.
         advantages: float32 [N], one advantage per rollout, or None (before the advantages).
+        kl_weights: float32 [N], a weight on each rollout's KL-loss terms, or None (all 1):
+            ``pruning.zero_adv_kl='sample'`` (:func:`fastrl.algorithms.budget_select.kl_sample`).
         engine_log_probs: float32 [N, T], the rollout engine's log-probs of the sampled tokens (0
             outside responses), or None.
         old_log_probs: float32 [N, T], the trainer's log-probs before the update (the PPO ratio's
@@ -49,6 +51,7 @@ class PolicyBatch:
     image_grid_thw: list[torch.Tensor | None] | None = None
     group_ids: torch.Tensor | None = None
     advantages: torch.Tensor | None = None
+    kl_weights: torch.Tensor | None = None
     engine_log_probs: torch.Tensor | None = None
     old_log_probs: torch.Tensor | None = None
     ref_log_probs: torch.Tensor | None = None

@@ -284,3 +284,33 @@ def easyvqa_tiny_matched_top_abs_grpo_cpu() -> RunConfig:
 def easyvqa_tiny_matched_pods_grpo_cpu() -> RunConfig:
     """GRPO + MDAP's kept count per group chosen by PODS's max-variance rule, weighted."""
     return _matched("easyvqa_tiny_matched_pods_grpo_cpu", "pods")
+
+
+# ---- issue 49: uniform groups out of the expensive passes, and the budget-stratified rule ----
+
+
+@register()
+def easyvqa_tiny_budget_grpo_cpu() -> RunConfig:
+    """GRPO + the budget-stratified rule (``pruning.method=budget_stratified``: 25% of the rollouts per step,
+    mixed groups first, at least 2 per advantage bucket, near-copies merged, weights members / kept of the
+    bucket) + ARS every 30 steps, as the default FastRL recipe."""
+    base = _with_fastrl(_tiny_base("easyvqa_tiny_budget_grpo_cpu"))
+    return replace(base, pruning=replace(base.pruning, method="budget_stratified"))
+
+
+@register()
+def easyvqa_tiny_fastrl_dropuniform_grpo_cpu() -> RunConfig:
+    """The default FastRL recipe with the uniform groups dropped before MDAP (``pruning.drop_uniform_groups``,
+    their KL dropped)."""
+    base = _with_fastrl(_tiny_base("easyvqa_tiny_fastrl_dropuniform_grpo_cpu"), method="fastrl_unbiased")
+    return replace(base, pruning=replace(base.pruning, drop_uniform_groups=True))
+
+
+@register()
+def easyvqa_tiny_zeroadv_klsample_grpo_cpu() -> RunConfig:
+    """GRPO with the uniform groups dropped and 4 of their rollouts per step kept for the KL term, weighted
+    U / 4 (``pruning.drop_uniform_groups``, ``pruning.zero_adv_kl=sample``); every mixed-group rollout trains."""
+    return _method(
+        "easyvqa_tiny_zeroadv_klsample_grpo_cpu", "none", drop_uniform_groups=True, zero_adv_kl="sample",
+        zero_adv_kl_samples=4,
+    )

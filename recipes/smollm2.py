@@ -28,7 +28,9 @@ prune in natural text.
 
 The three recipes differ only in pruning: none (GRPO), FastRL's default (importance-weighted MDAP +
 ARS), and MDAP's matched-ratio random peer (the same kept count per group as MDAP, chosen at
-random, the same weights and ARS).
+random, the same weights and ARS). The recipes of issue 49 at the end of this module differ from them
+only in pruning too: the uniform groups dropped (their KL dropped or sampled), the budget-stratified
+rule, and both with MDAP; they are prepared for the equal-time runs and not yet run.
 """
 
 from __future__ import annotations
@@ -111,4 +113,63 @@ def smollm2_135m_matched_random_grpo_wordarith_vllm_cpu() -> RunConfig:
     return replace(
         base, recipe="smollm2_135m_matched_random_grpo_wordarith_vllm_cpu",
         pruning=replace(base.pruning, method="matched_random", weighting="inverse_keep"),
+    )
+
+
+# ---- issue 49: the new pruning rules on the same model and task, ready for the equal-time runs ----
+# (each differs from a recipe above only in ``pruning``; the budget recipes keep ARS as FastRL's does)
+
+
+def _smollm2_pruning(name: str, *, ars: bool = False, **pruning) -> RunConfig:
+    base = _smollm2_base(name)
+    return replace(
+        base, pruning=replace(base.pruning, **pruning),
+        adaptive_sampling=replace(base.adaptive_sampling, enabled=ars),
+    )
+
+
+@register()
+def smollm2_135m_zeroadv_drop_grpo_wordarith_vllm_cpu() -> RunConfig:
+    """GRPO with the uniform groups (every response right, or every one wrong) dropped before the old /
+    reference passes and the update (``pruning.drop_uniform_groups``, their KL dropped:
+    ``pruning.zero_adv_kl=drop``); every rollout of the mixed groups trains."""
+    return _smollm2_pruning("smollm2_135m_zeroadv_drop_grpo_wordarith_vllm_cpu", method="none", drop_uniform_groups=True)
+
+
+@register()
+def smollm2_135m_zeroadv_klsample_grpo_wordarith_vllm_cpu() -> RunConfig:
+    """As ``smollm2_135m_zeroadv_drop_grpo_wordarith_vllm_cpu`` but 4 rollouts of the uniform groups per
+    step (seeded) stay for the KL term, weighted U / 4 (``pruning.zero_adv_kl=sample``)."""
+    return _smollm2_pruning(
+        "smollm2_135m_zeroadv_klsample_grpo_wordarith_vllm_cpu", method="none", drop_uniform_groups=True,
+        zero_adv_kl="sample", zero_adv_kl_samples=4,
+    )
+
+
+@register()
+def smollm2_135m_budget_grpo_wordarith_vllm_cpu() -> RunConfig:
+    """GRPO + the budget-stratified rule (``pruning.method=budget_stratified``: 25% of the rollouts per step,
+    mixed groups first, at least 2 per advantage bucket, near-copies (5-gram Jaccard >= 0.8) merged, each
+    kept rollout weighted members / kept of its bucket) + ARS every 10 steps, as the FastRL recipe."""
+    return _smollm2_pruning("smollm2_135m_budget_grpo_wordarith_vllm_cpu", ars=True, method="budget_stratified")
+
+
+@register()
+def smollm2_135m_budget_dropuniform_grpo_wordarith_vllm_cpu() -> RunConfig:
+    """As ``smollm2_135m_budget_grpo_wordarith_vllm_cpu`` with the uniform groups dropped first
+    (``pruning.drop_uniform_groups``, KL dropped): the budget is then 25% of the mixed groups' rollouts."""
+    return _smollm2_pruning(
+        "smollm2_135m_budget_dropuniform_grpo_wordarith_vllm_cpu", ars=True, method="budget_stratified",
+        drop_uniform_groups=True,
+    )
+
+
+@register()
+def smollm2_135m_fastrl_dropuniform_grpo_wordarith_vllm_cpu() -> RunConfig:
+    """The FastRL recipe (importance-weighted MDAP + ARS) with the uniform groups dropped before MDAP
+    (``pruning.drop_uniform_groups``, KL dropped): MDAP's seeds of uniform groups no longer train."""
+    base = smollm2_135m_fastrl_grpo_wordarith_vllm_cpu()
+    return replace(
+        base, recipe="smollm2_135m_fastrl_dropuniform_grpo_wordarith_vllm_cpu",
+        pruning=replace(base.pruning, drop_uniform_groups=True),
     )

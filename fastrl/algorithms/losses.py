@@ -351,6 +351,7 @@ def kl_loss(
     global_denominator: torch.Tensor | float,
     estimator: KLEstimator = "low_var_kl",
     agg_mode: AggMode = "token-mean",
+    row_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """KL(pi || pi_ref) as a loss term (GRPO, Shao et al. 2024, eq. 4), aggregated like the policy loss.
 
@@ -359,6 +360,8 @@ def kl_loss(
     Args:
         log_probs: float [N, T] (with grad); ref_log_probs: float [N, T]; response_mask: [N, T];
         estimator: "k1", "k2" or "low_var_kl" (see :mod:`fastrl.algorithms.kl`).
+        row_weights: float [N] or None: each rollout's KL terms are multiplied by its weight before
+            the aggregation (the denominator is unchanged); the metric stays unweighted.
 
     Returns:
         ``(loss, {"kl_token_mean": ...})``.
@@ -366,5 +369,10 @@ def kl_loss(
     _check_2d("ref_log_probs", ref_log_probs, log_probs.shape)
     _check_2d("response_mask", response_mask, log_probs.shape)
     kl = kl_estimate(log_probs, ref_log_probs.detach(), estimator)
-    loss = aggregate_loss(kl, response_mask, agg_mode, global_denominator=global_denominator)
+    weighted = kl
+    if row_weights is not None:
+        if row_weights.shape != (log_probs.shape[0],):
+            raise ValueError(f"`row_weights` has shape {tuple(row_weights.shape)}, expected ({log_probs.shape[0]},)")
+        weighted = kl * row_weights.to(kl.dtype)[:, None]
+    loss = aggregate_loss(weighted, response_mask, agg_mode, global_denominator=global_denominator)
     return loss, {"kl_token_mean": _masked_mean(kl.detach(), response_mask.to(kl.dtype))}

@@ -264,7 +264,7 @@ class PruningConfig:
 
     method: Literal[
         "none", "fastrl", "fastrl_unbiased", "cppo", "random", "advantage_only", "pods", "zero_adv_skip", "greso",
-        "matched_random", "matched_top_abs", "matched_pods",
+        "matched_random", "matched_top_abs", "matched_pods", "budget_stratified",
     ] = doc(
         "fastrl",
         "none: train on every rollout; fastrl: MDAP (advantage buckets + Jaccard diversity); "
@@ -279,7 +279,11 @@ class PruningConfig:
         "matched_random / matched_top_abs / matched_pods: the matched-ratio peers of MDAP: run MDAP, "
         "then keep in every group exactly as many rollouts as MDAP kept there, chosen uniformly at "
         "random, by largest |advantage| (CPPO's rule) or by PODS's max-variance rule "
-        "(fastrl/algorithms/peer_selectors.py::matched_select); pruning.weighting applies as for MDAP.",
+        "(fastrl/algorithms/peer_selectors.py::matched_select); pruning.weighting applies as for MDAP; "
+        "budget_stratified: a per-step budget (pruning.budget_fraction of the rollouts or tokens) spent on "
+        "the informative rows first, at least pruning.min_per_bucket per advantage bucket, uniformly at "
+        "random within a bucket, near-copies merged first (pruning.dedup_threshold), each kept rollout "
+        "weighted members / kept of its bucket (fastrl/algorithms/budget_select.py).",
     )
     apply: bool = doc(
         True,
@@ -330,8 +334,47 @@ class PruningConfig:
         "rollout's advantage is scaled by (members / kept) of its advantage bucket, normalized to "
         "mean 1, so every bucket weighs what it did before pruning (beyond the paper; see "
         "fastrl/algorithms/prune_weights.py); inverse_keep: the importance weights of "
-        "method=fastrl_unbiased (members / kept of the bucket, token-renormalized; any method).",
+        "method=fastrl_unbiased (members / kept of the bucket, token-renormalized; any method). "
+        "budget_stratified always applies its own weights (none or inverse_keep: the same).",
     )
+    drop_uniform_groups: bool = doc(
+        False,
+        "Remove the uniform groups (every advantage rounds to 0: all responses got the same reward) before "
+        "the selector runs, so they skip the old / reference log-prob passes and the update; any method. "
+        "What stays of their KL term: pruning.zero_adv_kl. Counted per step as prune/uniform_*.",
+    )
+    zero_adv_kl: Literal["drop", "sample"] = doc(
+        "drop",
+        "With drop_uniform_groups. drop: the uniform groups leave the KL term and the loss denominator "
+        "(the KL term covers the kept rows only; each kept token weighs 1 / kept tokens). sample: "
+        "zero_adv_kl_samples of their rollouts (seeded, uniform over them) stay in the update with advantage "
+        "0 and KL weight U / s (U uniform rollouts, s sampled), so the KL sum's expectation over the draw is "
+        "the sum over all U; their tokens count once in the denominator. Needs algorithm.use_kl_loss.",
+    )
+    zero_adv_kl_samples: int = doc(4, "zero_adv_kl=sample: uniform-group rollouts kept per step (global) for the KL term.")
+    budget_fraction: float = doc(
+        0.25,
+        "budget_stratified: per-step budget, a fraction in (0, 1] of the rollouts or of the response tokens "
+        "(with drop_uniform_groups: of the mixed groups' rollouts or tokens, what the rule sees).",
+    )
+    budget_unit: Literal["rollouts", "tokens"] = doc(
+        "rollouts", "budget_stratified: what budget_fraction counts, rollouts or response tokens."
+    )
+    min_per_bucket: int = doc(
+        2,
+        "budget_stratified: rollouts kept in every informative advantage bucket while the budget lasts "
+        "(fewer when the bucket has fewer); one per bucket always, even past the budget.",
+    )
+    dedup_threshold: float | None = doc(
+        0.8,
+        "budget_stratified: token dedup_ngram-gram Jaccard at or above which responses of one advantage "
+        "bucket are merged as near-copies before the budget is spent (one representative, weighted by "
+        "the cluster's size); None: no merging. 0.8 (5-gram shingles, the near-duplicate literature's "
+        "0.7-0.8) was chosen on the training rollouts of the six committed SmolLM2 runs: it flags 1.0% of "
+        "same-prompt pairs, 98.6% of them with the same final answer and 84% identical texts, where 0.7 "
+        "flags 1.4% with 97.1% / 61% (bench/results/word_arith/prune_text.md).",
+    )
+    dedup_ngram: int = doc(5, "budget_stratified: n-gram size of the near-duplicate Jaccard sets (token ids).")
 
     def __post_init__(self) -> None:
         _check_finite(self, "pruning")
@@ -352,6 +395,46 @@ class PruningConfig:
             f"pruning.minhash_num_perm must be a power of two in [16, 4096], got {self.minhash_num_perm}",
         )
         _check_seed(self.seed, "pruning.seed")
+        _check(
+            self.zero_adv_kl == "drop" or self.drop_uniform_groups,
+            f"pruning.zero_adv_kl={self.zero_adv_kl!r} acts on the groups pruning.drop_uniform_groups removes; "
+            "set pruning.drop_uniform_groups=true or leave pruning.zero_adv_kl at 'drop'",
+        )
+        _check(self.zero_adv_kl_samples >= 1, f"pruning.zero_adv_kl_samples must be >= 1, got {self.zero_adv_kl_samples}")
+        _check(
+            self.zero_adv_kl == "sample" or self.zero_adv_kl_samples == 4,
+            f"pruning.zero_adv_kl_samples={self.zero_adv_kl_samples} is used by pruning.zero_adv_kl='sample' only "
+            f"(got {self.zero_adv_kl!r})",
+        )
+        _check(0 < self.budget_fraction <= 1, f"pruning.budget_fraction must be in (0, 1], got {self.budget_fraction}")
+        _check(self.min_per_bucket >= 1, f"pruning.min_per_bucket must be >= 1, got {self.min_per_bucket}")
+        _check(
+            self.dedup_threshold is None or 0 <= self.dedup_threshold <= 1,
+            f"pruning.dedup_threshold must be in [0, 1] or None, got {self.dedup_threshold}",
+        )
+        _check(self.dedup_ngram >= 1, f"pruning.dedup_ngram must be >= 1, got {self.dedup_ngram}")
+        budget_set = {
+            name: getattr(self, name) for name, default in (
+                ("budget_fraction", 0.25), ("budget_unit", "rollouts"), ("min_per_bucket", 2),
+                ("dedup_threshold", 0.8), ("dedup_ngram", 5),
+            ) if getattr(self, name) != default
+        }
+        _check(
+            self.method == "budget_stratified" or not budget_set,
+            f"pruning.{', pruning.'.join(budget_set)} set to {list(budget_set.values())} configure "
+            f"pruning.method=budget_stratified, but pruning.method={self.method!r}",
+        )
+        if self.method == "budget_stratified":
+            _check(
+                self.weighting in ("none", "inverse_keep"),
+                f"pruning.method=budget_stratified applies its own members / kept weights; "
+                f"pruning.weighting={self.weighting!r} would replace them: use 'none' (or 'inverse_keep', the same)",
+            )
+            _check(
+                self.similarity_mode == "exact",
+                "pruning.method=budget_stratified merges near-copies on the exchanged token ids; "
+                f"pruning.similarity_mode={self.similarity_mode!r} is MDAP's option: leave it at 'exact'",
+            )
 
 
 @dataclass(kw_only=True, frozen=True)

@@ -198,7 +198,7 @@ class Actor:
         if use_kl:
             kl, kl_metrics = kl_loss(
                 log_probs, mb.ref_log_probs, mask, global_denominator=global_denominator,
-                estimator=alg.kl_estimator, agg_mode=self.agg_mode,
+                estimator=alg.kl_estimator, agg_mode=self.agg_mode, row_weights=mb.kl_weights,
             )  # fmt: skip
             loss = loss + alg.kl_coef * kl
             metrics["actor/kl_loss"] = kl.detach()

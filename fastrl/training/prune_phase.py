@@ -1,5 +1,6 @@
-"""Phases 5-7 of a step: DP-global pruning (MDAP or a baseline), refill/trim to the update
-geometry, the optional bucket-size weights, and the re-partition of the kept rollouts over DP."""
+"""Phases 5-7 of a step: DP-global pruning (MDAP or a baseline; optionally without the uniform
+groups), refill/trim to the update geometry, the optional advantage and KL weights, and the
+re-partition of the kept rollouts over DP."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
+from fastrl.algorithms.budget_select import stratified_weights
 from fastrl.algorithms.minhash import ResponseSketch, minhash_sketch
 from fastrl.algorithms.prune_weights import bucket_size_weights, inverse_keep_weights
 from fastrl.algorithms.pruning import PruneResult
@@ -24,7 +26,7 @@ from fastrl.distributed.dp_pruning import (
 )
 from fastrl.distributed.dp_pruning import repartition_kept as repartition_global_mask
 from fastrl.training.geometry import KeptGeometry, fit_to_micro_batches
-from fastrl.training.pruner import MDAP_METHODS, keep_all, select_rollouts
+from fastrl.training.pruner import MDAP_METHODS, keep_all, select_step
 from fastrl.training.rollout_batch import AdvantagedRollouts, padding_rows
 from fastrl.training.seeds import derive_seed
 
@@ -47,6 +49,9 @@ class Selection:
         selection: bool [N], the selection rule's own Phase-1 mask (also with ``pruning.apply=false``,
             where every rollout trains); None where no rule ran (a batch shorter than one
             micro-batch per rank).
+        kl_weights: float32 [N] KL-loss weights (``pruning.zero_adv_kl='sample'``) or None.
+        clusters: int64 [N] near-duplicate representatives (budget_stratified) or None.
+        metrics: the selection's own counts (``prune/uniform_*``, ``prune/duplicate_*``).
     """
 
     result: PruneResult
@@ -55,6 +60,9 @@ class Selection:
     ars_counts: dict[int, int] | None = None
     selected_fraction: float | None = None
     selection: torch.Tensor | None = None
+    kl_weights: torch.Tensor | None = None
+    clusters: object = None
+    metrics: dict | None = None
 
     @property
     def keep(self) -> torch.Tensor:
@@ -68,7 +76,8 @@ class PruneOutcome:
     Attributes:
         dp: the gathered inputs and the keep mask, identical on every DP rank.
         result: the pruner's :class:`PruneResult` (after trimming to whole micro-batches).
-        weights: float [N] per-rollout advantage weights (``pruning.weighting='bucket_size'``) or None.
+        weights: float [N] per-rollout advantage weights (``pruning.weighting``, or the method's own) or None.
+        kl_weights: float [N] per-rollout KL-loss weights (``pruning.zero_adv_kl='sample'``) or None.
         padding: zero-weight rows added at the re-partition so that a kept set smaller than
             ``dp_size x micro_batch_size`` (a short DAPO batch) fills one micro-batch per DP rank
             (:func:`~fastrl.training.geometry.fit_to_micro_batches`); 0 otherwise.
@@ -81,6 +90,7 @@ class PruneOutcome:
     padding: int = 0
     ars_counts: dict[int, int] | None = None
     selection: torch.Tensor | None = None
+    kl_weights: torch.Tensor | None = None
 
     @property
     def kept_per_group(self) -> dict[int, int]:
@@ -100,6 +110,12 @@ def prune(
     pads it with zero-weight rows (``PruneOutcome.padding``, metric ``prune/num_padding``).
     """
     pc = cfg.pruning
+    if pc.drop_uniform_groups and pc.zero_adv_kl == "sample" and not (cfg.algorithm.use_kl_loss and cfg.algorithm.kl_coef > 0):
+        raise ValueError(
+            "pruning.zero_adv_kl='sample' keeps uniform-group rollouts for the KL loss, but there is none "
+            f"(algorithm.use_kl_loss={cfg.algorithm.use_kl_loss}, kl_coef={cfg.algorithm.kl_coef}): "
+            "use pruning.zero_adv_kl='drop'"
+        )
     multiple, whole = geometry.refill_multiple, geometry.unit
     responses = list(scored.rollouts.response_token_ids)
     common = dict(group_ids=scored.group_ids, advantages=scored.advantages, lengths=batch.lengths)
@@ -114,21 +130,24 @@ def prune(
         resp = g.responses
         if resp is None:
             resp = ResponseSketch.from_tensors(g.signatures, g.response_lengths, ngram=pc.ngram, seed=0)
-        counts, selected, rule = None, None, None
+        counts, selected, rule, picked = None, None, None, None
         if len(g) < whole:  # shorter than one micro-batch per rank (DAPO): keep all, pad
             lengths = g.response_lengths if g.responses is None else torch.tensor([int(r.numel()) for r in resp])
             result = keep_all(g.group_ids, lengths)
         else:
             mult = whole if len(g) < multiple else multiple  # a short batch (DAPO): whole micro-batches
-            result = select_rollouts(pc, g.advantages.float(), g.group_ids, resp, multiple=mult, generator=generator)
+            picked = select_step(pc, g.advantages.float(), g.group_ids, resp, multiple=mult, generator=generator)
+            result = picked.result
             rule = result.phase1_keep
             if not pc.apply:  # statistics only (ARS-only ablation): every rollout trains
                 counts, selected = dict(result.kept_per_group), result.num_kept / max(len(g), 1)
                 result = keep_all(g.group_ids, torch.as_tensor(
                     [int(r.numel()) for r in resp] if g.responses is not None else g.response_lengths))
         result, dropped, padding = fit_to_micro_batches(result, g.advantages, g.group_ids, whole)
+        extra = {} if picked is None or not pc.apply else dict(
+            kl_weights=picked.kl_weights, clusters=picked.clusters, metrics=picked.metrics)
         return Selection(result, dropped=dropped, padding=padding, ars_counts=counts, selected_fraction=selected,
-                         selection=rule)
+                         selection=rule, **extra)
 
     outcome = dp_global_prune(local, select)
     chosen: Selection = outcome.result
@@ -143,17 +162,22 @@ def prune(
             "so that every DP rank has a whole micro-batch", step, result.num_kept, whole, padding,
         )
     m.update(result.metrics())
+    m.update(chosen.metrics or {})
     kept_adv = outcome.inputs.advantages[outcome.keep].double()
     weights = None
-    if pc.weighting == "inverse_keep" or pc.method == "fastrl_unbiased":  # importance-weighted MDAP
-        g = outcome.inputs
-        resp_len = g.response_lengths if g.responses is None else torch.tensor([int(r.numel()) for r in g.responses])
+    g = outcome.inputs
+    resp_len = g.response_lengths if g.responses is None else torch.tensor([int(r.numel()) for r in g.responses])
+    if pc.method == "budget_stratified" and pc.apply:  # members / kept of each bucket (near-copies merged)
+        weights = stratified_weights(
+            g.advantages.float(), g.group_ids, outcome.keep, clusters=chosen.clusters, lengths=resp_len,
+            semantics=pc.semantics, adv_tolerance=pc.adv_tolerance,
+        )
+    elif pc.weighting == "inverse_keep" or pc.method == "fastrl_unbiased":  # importance-weighted MDAP
         weights = inverse_keep_weights(
             g.advantages.float(), g.group_ids, outcome.keep, lengths=resp_len,
             semantics=pc.semantics, adv_tolerance=pc.adv_tolerance,
         )
     elif pc.weighting == "bucket_size":
-        g = outcome.inputs
         weights = bucket_size_weights(
             g.advantages.float(), g.group_ids, outcome.keep, semantics=pc.semantics, adv_tolerance=pc.adv_tolerance
         )
@@ -165,7 +189,7 @@ def prune(
     m["prune/kept_advantage_mean"] = float(kept_adv.mean())
     if result.kept_tokens is not None:
         m["prune/kept_response_length_mean"] = result.kept_tokens / max(result.num_kept, 1)
-    return PruneOutcome(outcome, result, weights, padding, chosen.ars_counts, chosen.selection), m
+    return PruneOutcome(outcome, result, weights, padding, chosen.ars_counts, chosen.selection, chosen.kl_weights), m
 
 
 def repartition_kept(batch: PolicyBatch, outcome: PruneOutcome) -> tuple[PolicyBatch, Metrics]:
@@ -173,6 +197,9 @@ def repartition_kept(batch: PolicyBatch, outcome: PruneOutcome) -> tuple[PolicyB
     loads, moving as few rollouts between ranks as a balanced partition allows."""
     if outcome.weights is not None:  # pruning.weighting: each rank scales its own rows first
         batch = scale_local_advantages(batch, outcome.dp, outcome.weights)
+    if outcome.kl_weights is not None:  # pruning.zero_adv_kl=sample: this rank's rows' KL weights
+        mine = outcome.dp.inputs.owners == collectives.dp_rank()
+        batch = batch.with_tensors(kl_weights=outcome.kl_weights[mine].float())
     out = repartition(batch, outcome.dp) if outcome.padding == 0 else _repartition_padded(batch, outcome)
     return out, {"prune/kept_rows_this_rank": float(len(out))}
 

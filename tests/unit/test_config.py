@@ -29,7 +29,7 @@ def test_choices_are_literals():
     hints = typing.get_type_hints(cfg.PruningConfig)
     assert typing.get_args(hints["method"]) == (
         "none", "fastrl", "fastrl_unbiased", "cppo", "random", "advantage_only", "pods", "zero_adv_skip", "greso",
-        "matched_random", "matched_top_abs", "matched_pods",
+        "matched_random", "matched_top_abs", "matched_pods", "budget_stratified",
     )
     assert typing.get_args(hints["refill_to"]) == ("free", "mini_batch")
     assert typing.get_args(typing.get_type_hints(cfg.PrecisionConfig)["fp8_recipe"]) == (
