@@ -64,6 +64,12 @@ def parse_signal(name: SignalName | int | signal.Signals) -> signal.Signals:
         raise ValueError(f"unknown signal {name!r}; use a name such as USR1 or TERM") from None
 
 
+def trainer_signals(exit_signal: SignalName | int | signal.Signals) -> tuple[SignalName | int | signal.Signals, ...]:
+    """The signals the trainer treats as a stop request: ``stage.exit_signal``, TERM (Slurm's
+    preemption, ``scancel``) and INT (Ctrl-C on a terminal)."""
+    return (exit_signal, "TERM", "INT")
+
+
 class StopRequest:
     """Records the first of ``signals`` received after :meth:`install`; never raises in the handler.
 

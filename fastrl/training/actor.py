@@ -322,7 +322,9 @@ def _grad_buffers(chunks: list[Any]) -> list[torch.Tensor]:
     backward pass), or, for a chunk without buffers, each parameter's ``main_grad`` / ``grad``."""
     out = []
     for chunk in chunks:
-        buffers = [*getattr(chunk, "buffers", []), *getattr(chunk, "expert_parallel_buffers", [])]
+        # megatron's DDP sets these lists (shadowing nn.Module.buffers()); other modules have none
+        buffers = [b for name in ("buffers", "expert_parallel_buffers")
+                   if isinstance(found := getattr(chunk, name, None), (list, tuple)) for b in found]
         if buffers:
             out.extend(b.grad_data for b in buffers)
             continue

@@ -16,7 +16,7 @@ import torch
 
 from fastrl.algorithms.adaptive_sampling import AdaptiveRolloutSampler
 from fastrl.checkpoint.config_diff import images_fingerprint, records_fingerprint
-from fastrl.checkpoint.signals import StopRequest
+from fastrl.checkpoint.signals import StopRequest, trainer_signals
 from fastrl.checkpoint.train_state import TrainState
 from fastrl.config import RunConfig
 from fastrl.data import ResumableSampler
@@ -50,7 +50,7 @@ class Trainer:
         self.ctx = ctx
         self.run_dir = Path(run_dir or config.run_dir)
         config.check_layout(ctx.world_size)
-        self.stop = StopRequest((config.stage.exit_signal, "TERM", "INT"), notify=ctx.rank == 0).install()
+        self.stop = StopRequest(trainer_signals(config.stage.exit_signal), notify=ctx.rank == 0).install()
         try:
             self.parts: RunParts = build_parts(config, ctx, self.run_dir)
         except BaseException:
