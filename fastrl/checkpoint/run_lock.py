@@ -7,12 +7,13 @@ it reads or moves anything in the run directory until it exits (global rank 0 ta
 ranks; :func:`fastrl.training.run.run`).
 
 The lock is a JSON file created with ``O_CREAT | O_EXCL`` (atomic on local and NFS v3+ file
-systems): ``{pid, host, started_at, proc_start, slurm_job_id, token}``. A lock that is already
+systems): ``{pid, host, started_at, proc_start, slurm_job_id, slurm_restart_count, token}``. A lock that is already
 there is
 
 - **live** (its pid runs on this host and, where ``/proc`` tells, started when the lock says):
   refused, with :class:`RunDirLocked` naming the holder (pid, host, start time);
-- **stale** (this host, the process is gone or its pid was reused): taken over, with a warning;
+- **stale** (this host, the process is gone or its pid was reused; or an earlier run of this same
+  Slurm job, which Slurm requeued, e.g. after its node failed): taken over, with a warning;
 - **from another host**: refused, since this host cannot see that process; the message names the
   file to remove when no trainer runs there any more (a node that died under a Slurm job).
 
@@ -53,6 +54,8 @@ class LockHolder:
         proc_start: the process's start time from ``/proc/<pid>/stat`` (clock ticks since boot), or
             None where there is no ``/proc``; tells a reused pid from the holder.
         slurm_job_id: ``SLURM_JOB_ID`` of the holder, or None.
+        slurm_restart_count: ``SLURM_RESTART_COUNT`` of the holder (how often Slurm requeued its
+            job; None outside Slurm or before the first requeue).
         token: a random id of this lock (release removes only its own).
     """
 
@@ -61,6 +64,7 @@ class LockHolder:
     started_at: str
     proc_start: str | None = None
     slurm_job_id: str | None = None
+    slurm_restart_count: str | None = None
     token: str = ""
 
     def describe(self) -> str:
@@ -98,7 +102,8 @@ def read_holder(path: Path) -> LockHolder | None:
         data = json.loads(path.read_text())
         return LockHolder(
             pid=int(data["pid"]), host=str(data["host"]), started_at=str(data["started_at"]),
-            proc_start=data.get("proc_start"), slurm_job_id=data.get("slurm_job_id"), token=str(data.get("token", "")),
+            proc_start=data.get("proc_start"), slurm_job_id=data.get("slurm_job_id"),
+            slurm_restart_count=data.get("slurm_restart_count"), token=str(data.get("token", "")),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -128,7 +133,8 @@ class RunDirLock:
         return LockHolder(
             pid=os.getpid(), host=socket.gethostname(),
             started_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            proc_start=_proc_start(os.getpid()), slurm_job_id=os.environ.get("SLURM_JOB_ID"), token=uuid.uuid4().hex,
+            proc_start=_proc_start(os.getpid()), slurm_job_id=os.environ.get("SLURM_JOB_ID"),
+            slurm_restart_count=os.environ.get("SLURM_RESTART_COUNT"), token=uuid.uuid4().hex,
         )
 
     def acquire(self, *, unreadable_wait_s: float = 2.0) -> "RunDirLock":
@@ -166,14 +172,16 @@ class RunDirLock:
             return self
 
     def _refuse_or_clear(self, holder: LockHolder, me: LockHolder) -> None:
-        """Raise for a live or foreign holder; remove a stale lock of this host (with a warning)."""
-        if holder.host != me.host:
+        """Raise for a live or foreign holder; remove a stale lock (with a warning)."""
+        requeued = (holder.slurm_job_id is not None and holder.slurm_job_id == me.slurm_job_id
+                    and holder.slurm_restart_count != me.slurm_restart_count)  # Slurm ran this job again
+        if not requeued and holder.host != me.host:
             raise RunDirLocked(
                 f"run directory {self.run_dir} is in use by another trainer: {holder.describe()} ({self.path}); this "
                 f"host ({me.host}) cannot check whether it still runs. If you are sure no trainer runs there, "
                 f"remove the lock: rm {self.path}"
             )
-        if process_alive(holder):  # this very process too (same pid and start time)
+        if not requeued and process_alive(holder):  # this very process too (same pid and start time)
             raise RunDirLocked(
                 f"run directory {self.run_dir} is in use by another trainer: {holder.describe()} ({self.path}); "
                 f"stop it first, or train into another directory (logging.output_dir / logging.run_name)"
@@ -198,8 +206,9 @@ class RunDirLock:
             )
         aside.unlink(missing_ok=True)
         logger.warning(
-            "removed the stale lock %s of %s: that process no longer runs (killed, or its node restarted)",
-            self.path, holder.describe(),
+            "removed the stale lock %s of %s: %s", self.path, holder.describe(),
+            "an earlier run of this Slurm job, which was requeued" if requeued
+            else "that process no longer runs (killed, or its node restarted)",
         )
 
     def release(self) -> None:

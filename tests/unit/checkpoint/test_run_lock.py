@@ -72,6 +72,20 @@ def test_a_lock_of_another_host_is_refused_with_the_file_to_remove(tmp_path):
     assert read_holder(tmp_path / LOCK_FILE).host == "other-node-17"  # left in place
 
 
+def test_a_lock_of_an_earlier_run_of_this_requeued_slurm_job_is_taken_over(tmp_path, monkeypatch, caplog):
+    """catches: a requeued job (same SLURM_JOB_ID, SLURM_RESTART_COUNT one higher) on another node
+    refused by the lock its own killed first run left behind."""
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    _write_lock(tmp_path, host="other-node-17", slurm_job_id="4242", slurm_restart_count=None)
+    with caplog.at_level("WARNING", logger="fastrl.checkpoint"):
+        RunDirLock(tmp_path).acquire().release()
+    assert "an earlier run of this Slurm job, which was requeued" in caplog.text
+    _write_lock(tmp_path, host="other-node-17", slurm_job_id="4242", slurm_restart_count="1")  # this very run: refused
+    with pytest.raises(RunDirLocked, match="other-node-17"):
+        RunDirLock(tmp_path).acquire()
+
+
 def test_release_leaves_another_process_lock_alone(tmp_path):
     """catches: release() unlinking whatever lock file is there."""
     lock = RunDirLock(tmp_path).acquire()
