@@ -281,7 +281,7 @@ class Actor:
         trainer's :func:`~fastrl.training.geometry.lr_positions`: ``updates_per_step_estimate``
         units per RL step); None advances the schedule by one unit. The LR returned
         (``actor/lr``) is the one the schedule sets for the next update. ``actor/grad_norm`` is
-        megatron's (NaN when it computes none: no clipping in fp32, or a skipped update).
+        megatron's (NaN when it computes none, e.g. fp32 without clipping, or for a skipped update).
 
         Raises:
             ValueError: ``lr_position`` is negative or not finite.

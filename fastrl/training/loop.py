@@ -11,7 +11,13 @@ trained; the next stage starts the run from the beginning).
 
 Finished runs: a run whose checkpoint is at its last step says exactly which key to raise to
 train further; a finished run (``RUN_DIR/FINISHED``) resumed with more steps continues, and the
-marker is removed when its first new step starts.
+marker is removed when its first new step starts. The records of the steps a run trains again move
+to ``metrics.superseded.jsonl`` only after that decision (a run with nothing to do moves none).
+
+Non-finite updates: the actor skips an optimizer update whose loss or gradient is not finite
+(:meth:`fastrl.training.actor.Actor.step`); the loop counts them over the run
+(``actor/skipped_updates_total``) and stops with :class:`NonFiniteUpdatesError` naming the step
+after ``trainer.max_skipped_updates`` in a row.
 """
 
 from __future__ import annotations
