@@ -16,6 +16,7 @@ traceback in the log; the first Ctrl-C is a stop request: the run saves and exit
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 import traceback
@@ -139,7 +140,8 @@ def _append_traceback(path: Path) -> Path | None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a", encoding="utf-8") as f:
-            f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} fastrl.train: error after start-up:\n")
+            # the pid tells this process's error from the run's own (a refused second trainer writes here too)
+            f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} fastrl.train (pid {os.getpid()}): error after start-up:\n")
             traceback.print_exc(file=f)
     except OSError:
         return None
