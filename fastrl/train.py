@@ -6,14 +6,17 @@ runs the trainer. ``--describe`` lists every config key with its value and docum
 Exit codes: 0 finished (or a stage ended, or a stop signal was honoured after a save); 2 the
 config was refused, or this machine cannot run it (FP8 without Transformer Engine; ``--dry-run``
 still prints such a recipe's plan, with a line saying so): one line ``fastrl.train: config
-error: ...``; 1 an error after start-up: one
-line ``fastrl.train: error: ...`` and where the run's full log with the traceback is (``--debug``
-prints the traceback here too).
+error: ...``; 1 an error after start-up (any exception, library ``BaseException`` subclasses such as
+``torch.distributed.checkpoint``'s ``CheckpointException`` included): one line ``fastrl.train:
+error: ...`` and where the run's full log with the traceback is (``--debug`` prints the traceback
+here too); 130 a second Ctrl-C stopped the run at once (one line ``fastrl.train: interrupted``, the
+traceback in the log; the first Ctrl-C is a stop request: the run saves and exits 0).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 import traceback
@@ -62,6 +65,10 @@ def resolve_config(recipe: str, overrides: Sequence[str]) -> RunConfig:
     return config
 
 
+#: Exit code after an interrupt that stopped the run at once (a second Ctrl-C): 128 + SIGINT, as a shell reports it.
+INTERRUPTED = 130
+
+
 def one_line(err: BaseException) -> str:
     """``err`` as one line: ``Type: message`` with the message's whitespace runs collapsed."""
     text = " ".join(str(err).split())
@@ -106,16 +113,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         return run(config)
-    except Exception as err:  # noqa: BLE001 - every error after start-up: one line, log file, exit 1
+    except SystemExit:
+        raise
+    except BaseException as err:  # noqa: BLE001 - every error after start-up (library BaseExceptions too): one line
         log = _append_traceback(log_file(config))
         if args.debug:
             traceback.print_exc()
         sys.stdout.flush()
-        print(f"fastrl.train: error: {one_line(err)}", file=sys.stderr)
+        if isinstance(err, KeyboardInterrupt):  # a second Ctrl-C (or one before the stop handler was installed)
+            print("fastrl.train: interrupted (Ctrl-C): exited at once, without saving a checkpoint", file=sys.stderr)
+        else:
+            print(f"fastrl.train: error: {one_line(err)}", file=sys.stderr)
         where = f"the full log with the traceback: {log}" if log is not None else "no log file could be written"
         hint = "" if args.debug else "; --debug prints the traceback here"
         print(f"fastrl.train: {where}{hint}", file=sys.stderr)
-        return 1
+        return INTERRUPTED if isinstance(err, KeyboardInterrupt) else 1
 
 
 def _append_traceback(path: Path) -> Path | None:
@@ -128,7 +140,8 @@ def _append_traceback(path: Path) -> Path | None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a", encoding="utf-8") as f:
-            f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} fastrl.train: error after start-up:\n")
+            # the pid tells this process's error from the run's own (a refused second trainer writes here too)
+            f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} fastrl.train (pid {os.getpid()}): error after start-up:\n")
             traceback.print_exc(file=f)
     except OSError:
         return None

@@ -69,6 +69,7 @@ HARMLESS_KEYS: tuple[str, ...] = (
     "data.test_path",
     "trainer.val_only",
     "trainer.torch_threads",
+    "trainer.max_skipped_updates",  # a guard's bound: stops a run, never changes what it computes
     "reward.num_workers",
     "reward.timeout_s",
     "reward.max_invalid_fraction",

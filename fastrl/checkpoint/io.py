@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
@@ -80,11 +81,42 @@ class CheckpointIO:
 
         ``actor``: has ``policy.chunks`` (megatron model chunks) and ``optimizer`` (megatron).
         """
-        ctx, ck = self.ctx, self.cfg.checkpoint
+        ctx = self.ctx
+        self._refuse_non_finite(state.step, actor)
         self.root.mkdir(parents=True, exist_ok=True)
         staging = self.manager.root / f".tmp-{step_dir_name(state.step)}"
         if ctx.rank == 0:
             staging = self.manager.staging_dir(state.step)
+        try:
+            self._write(state, actor, staging, best=best)
+        except BaseException:
+            if ctx.rank == 0:  # a failed save (full disk, an interrupt) leaves no partial staging folder
+                shutil.rmtree(staging, ignore_errors=True)
+            raise
+        path = self.root / step_dir_name(state.step)
+        self.last_saved_step = state.step
+        if ctx.is_logging_rank:
+            logger.info("checkpoint saved: %s%s", path, " (best)" if best else "")
+        return path
+
+    def _refuse_non_finite(self, step: int, actor: Any) -> None:
+        """Raise (on every rank) when any rank's model weights hold a NaN or an infinity.
+
+        Raises:
+            CheckpointError: naming ``step``; nothing is written, ``latest`` keeps its checkpoint.
+        """
+        local_bad = any(not bool(torch.isfinite(p.detach()).all()) for chunk in actor.policy.chunks for p in chunk.parameters())
+        if world.any_rank(local_bad):
+            latest = self.manager.find_latest() if self.ctx.rank == 0 else None
+            keep = f"; the newest checkpoint, {latest.path}, is unchanged" if latest is not None else ""
+            raise CheckpointError(
+                f"step {step}: the policy's weights hold non-finite values (NaN or inf), so no checkpoint is written "
+                f"(a resume would load them){keep}. The updates diverged: lower optimizer.lr or set optimizer.clip_grad"
+            )
+
+    def _write(self, state: TrainState, actor: Any, staging: Path, *, best: bool) -> None:
+        """Every rank writes its part into ``staging``; rank 0 publishes it."""
+        ctx, ck = self.ctx, self.cfg.checkpoint
         world.barrier()
         with self.phase("save"):
             (staging / ACTOR_DIR).mkdir(exist_ok=True, parents=True)
@@ -102,11 +134,6 @@ class CheckpointIO:
                 if best:
                     self.manager.mark_best(state.step)
             world.barrier()
-        path = self.root / step_dir_name(state.step)
-        self.last_saved_step = state.step
-        if ctx.is_logging_rank:
-            logger.info("checkpoint saved: %s%s", path, " (best)" if best else "")
-        return path
 
     def _train_state(self, state: TrainState, actor: Any) -> dict[str, Any]:
         ctx = self.ctx
@@ -136,6 +163,12 @@ class CheckpointIO:
             return None
         if spec == "auto":
             latest = self.manager.find_latest()
+            if self.ctx.is_logging_rank:
+                for damaged, why in self.manager.damaged_after(latest.step if latest is not None else -1):
+                    logger.warning(
+                        "checkpoint %s is skipped: %s. Resuming from %s; the next save of that step replaces it",
+                        damaged, why, latest.path if latest is not None else "the start (no complete checkpoint)",
+                    )
             if latest is None:
                 return None
             path = latest.path

@@ -206,6 +206,22 @@ class CheckpointManager:
                 out.append(CheckpointInfo(p, int(match.group(1))))
         return sorted(out, key=lambda c: c.step)
 
+    def damaged_after(self, step: int) -> list[tuple[Path, str]]:
+        """The step directories newer than ``step`` that are not complete (truncated, cut-short copies,
+        a save killed after its rename), oldest first, each with the reason
+        (:meth:`verify`'s message). Staging (``.tmp-``) directories are not listed."""
+        if not self.root.is_dir():
+            return []
+        out = []
+        for p in sorted(self.root.iterdir()):
+            match = _STEP_DIR.match(p.name)
+            if match and int(match.group(1)) > step:
+                try:
+                    self.verify(p)
+                except CheckpointError as err:
+                    out.append((p, str(err)))
+        return out
+
     def find_latest(self) -> CheckpointInfo | None:
         """The newest complete checkpoint (``latest`` if it names a complete one and nothing newer exists)."""
         complete = self.complete_checkpoints()

@@ -9,6 +9,11 @@ was doing. :class:`StopRequest` therefore only sets a flag; the trainer polls
 the step in flight (abandons a validation in flight), saves a complete checkpoint (unless no step
 was trained since the last one) and exits 0 (docs/slurm.md, contract item 3).
 
+SIGINT (Ctrl-C on a terminal, ``python -m fastrl.train`` or ``make run``) asks for the same stop
+when it is among the signals (the trainer installs USR1, TERM and INT); a second SIGINT raises
+:class:`KeyboardInterrupt` in the main thread, as Python's default handler does: the process exits
+at once, without a checkpoint.
+
 All ranks must agree on stopping at the same step (a rank that leaves early would hang the others
 in a collective): the trainer reduces :meth:`StopRequest.as_int` with a MAX all-reduce over the
 world group before acting on it.
@@ -25,6 +30,7 @@ Usage::
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -32,6 +38,11 @@ from types import FrameType
 from typing import Callable, Iterable
 
 SignalName = str
+#: Written to stderr on the first SIGINT (``notify``): the interactive stop and how to skip the save.
+_INT_NOTICE = (
+    b"fastrl.train: stop requested (SIGINT): the step in flight finishes, the run saves a checkpoint (unless "
+    b"nothing was trained since the last one) and exits 0; press Ctrl-C again to exit at once without saving\n"
+)
 _Handler = Callable[[int, FrameType | None], object] | int | signal.Handlers | None
 
 
@@ -53,25 +64,36 @@ def parse_signal(name: SignalName | int | signal.Signals) -> signal.Signals:
         raise ValueError(f"unknown signal {name!r}; use a name such as USR1 or TERM") from None
 
 
+def trainer_signals(exit_signal: SignalName | int | signal.Signals) -> tuple[SignalName | int | signal.Signals, ...]:
+    """The signals the trainer treats as a stop request: ``stage.exit_signal``, TERM (Slurm's
+    preemption, ``scancel``) and INT (Ctrl-C on a terminal)."""
+    return (exit_signal, "TERM", "INT")
+
+
 class StopRequest:
     """Records the first of ``signals`` received after :meth:`install`; never raises in the handler.
 
     Args:
         signals: names or numbers of the signals that ask for save-and-exit (default USR1 and TERM,
-            matching ``stage.exit_signal`` and Slurm's preemption signal).
+            matching ``stage.exit_signal`` and Slurm's preemption signal). With INT among them, a
+            second INT raises :class:`KeyboardInterrupt` (exit at once).
+        notify: on the first INT, write one line to stderr saying what happens next (the process
+            that talks to the terminal: the trainer's global rank 0).
 
     Raises:
         ValueError: an unknown signal name.
         RuntimeError: :meth:`install` outside the main thread (Python only delivers signals there).
     """
 
-    def __init__(self, signals: Iterable[SignalName | int | signal.Signals] = ("USR1", "TERM")) -> None:
+    def __init__(self, signals: Iterable[SignalName | int | signal.Signals] = ("USR1", "TERM"), *, notify: bool = False) -> None:
         self.signals: tuple[signal.Signals, ...] = tuple(dict.fromkeys(parse_signal(s) for s in signals))
         if not self.signals:
             raise ValueError("StopRequest needs at least one signal")
         self._reason: str | None = None
         self._received_at: float | None = None
         self._count = 0
+        self._interrupts = 0
+        self.notify = notify
         self._previous: dict[signal.Signals, _Handler] = {}
 
     # ---- installation -----------------------------------------------------------------------
@@ -99,6 +121,15 @@ class StopRequest:
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         self._count += 1
+        if signum == signal.SIGINT:
+            self._interrupts += 1
+            if self._interrupts > 1:  # a second Ctrl-C: stop now, as Python's default handler would
+                raise KeyboardInterrupt
+            if self.notify:
+                try:
+                    os.write(2, _INT_NOTICE)
+                except OSError:  # no stderr: the loop's "stop requested" line still follows
+                    pass
         if self._reason is None:
             self._reason = signal.Signals(signum).name
             self._received_at = time.time()

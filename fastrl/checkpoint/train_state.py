@@ -44,6 +44,8 @@ class TrainState:
             (:class:`fastrl.algorithms.prompt_skipping.PromptSkipper`, ``pruning.method='greso'``),
             or None; saved when given (a checkpoint that kept it inside the adaptive sampler's state
             loads it from there).
+        skipped_updates: optimizer updates skipped over the whole run for a non-finite loss or
+            gradient (metric ``actor/skipped_updates_total``; a checkpoint without it loads as 0).
     """
 
     sampler: Stateful
@@ -59,6 +61,7 @@ class TrainState:
     images_fingerprint: str | None = None
     reward_health: Stateful | None = None
     prompt_skipper: Stateful | None = None
+    skipped_updates: int = 0
 
     def state_dict(self) -> dict[str, Any]:
         """The saved part, as stored in ``train_state.pt`` (plus what the checkpoint writer adds)."""
@@ -73,6 +76,7 @@ class TrainState:
             "total_steps": self.total_steps,
             "data_fingerprint": self.data_fingerprint,
             "images_fingerprint": self.images_fingerprint,
+            "skipped_updates": self.skipped_updates,
             **({"reward_health": self.reward_health.state_dict()} if self.reward_health is not None else {}),
             **({"prompt_skipper": self.prompt_skipper.state_dict()} if self.prompt_skipper is not None else {}),
         }
@@ -89,5 +93,6 @@ class TrainState:
         self.scheduler.load_state_dict(state["scheduler"])
         self.best_val, self.best_step = state["best_val"], state["best_step"]
         self.train_seconds = float(state["train_seconds"])
+        self.skipped_updates = int(state.get("skipped_updates", 0))
         if self.reward_health is not None and "reward_health" in state:
             self.reward_health.load_state_dict(state["reward_health"])

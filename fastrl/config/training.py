@@ -259,6 +259,12 @@ class TrainerConfig:
     )
     seed: int = doc(1, "Global seed (data order, dropout, sampling unless overridden).")
     torch_threads: int = doc(2, "torch intra-op threads per process on CPU.")
+    max_skipped_updates: int = doc(
+        3,
+        "An optimizer update whose loss or gradient is not finite (NaN / inf) is skipped, as megatron-LM "
+        "skips an overflowing iteration (actor/update_skipped, actor/skipped_updates_total); the run stops "
+        "with an error naming the step when this many updates in a row were skipped (1: at the first).",
+    )
 
     def __post_init__(self) -> None:
         _check(self.epochs >= 1, f"trainer.epochs must be >= 1, got {self.epochs}")
@@ -271,6 +277,7 @@ class TrainerConfig:
         _check(self.test_every >= 0, f"trainer.test_every must be >= 0, got {self.test_every}")
         _check_seed(self.seed, "trainer.seed")
         _check(1 <= self.torch_threads <= 4096, f"trainer.torch_threads must be in [1, 4096], got {self.torch_threads}")
+        _check(self.max_skipped_updates >= 1, f"trainer.max_skipped_updates must be >= 1, got {self.max_skipped_updates}")
 
 
 @dataclass(kw_only=True, frozen=True)

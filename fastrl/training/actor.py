@@ -18,6 +18,7 @@ One :meth:`Actor.update` is one optimizer step on one mini-batch (this DP rank's
 
 from __future__ import annotations
 
+import math
 from typing import Any, cast
 
 import torch
@@ -25,7 +26,7 @@ import torch
 from fastrl.algorithms.losses import gspo_loss, kl_loss, loss_denominator, ppo_clip_loss
 from fastrl.batch import PolicyBatch
 from fastrl.config import AlgorithmConfig, OptimizerConfig, ParallelConfig, PrecisionConfig
-from fastrl.distributed import collectives
+from fastrl.distributed import collectives, world
 from fastrl.models import logprobs as logprob_ops
 from fastrl.models.provider import MegatronPolicy
 from fastrl.training.rollout_batch import sequence_multiple
@@ -305,19 +306,34 @@ class Actor:
         dp = collectives.dp_size()
         return {k: float(v) if k in sums else float(v) / dp for k, v in zip(keys, values)}
 
-    def step(self, *, lr_position: int | float | None = None) -> dict[str, float]:
-        """Clip the gradient norm, take the optimizer step and advance the LR schedule.
+    #: Optimizer updates skipped in a row by :meth:`step` (non-finite loss or gradient); 0 after an applied one.
+    skipped_in_a_row: int = 0
+
+    def step(self, *, lr_position: int | float | None = None, loss: float | None = None) -> dict[str, float]:
+        """Clip the gradient norm, take the optimizer step and advance the LR schedule, unless the
+        loss or a gradient is not finite: then the update is skipped (weights, Adam moments and the
+        schedule unchanged; ``actor/update_skipped`` 1, :attr:`skipped_in_a_row` counts it), as
+        megatron-LM skips an iteration whose gradients overflow. The check is this rank's ``loss``
+        (None: not checked) and its gradient buffers, agreed over every rank (one MAX all-reduce).
 
         ``lr_position``: the schedule position after this update, in schedule units (the
         trainer's :func:`~fastrl.training.geometry.lr_positions`: ``updates_per_step_estimate``
         units per RL step); None advances the schedule by one unit. The LR returned
-        (``actor/lr``) is the one the schedule sets for the next update.
+        (``actor/lr``) is the one the schedule sets for the next update. ``actor/grad_norm`` is
+        megatron's (NaN when it computes none, e.g. fp32 without clipping, or for a skipped update).
 
         Raises:
             ValueError: ``lr_position`` is negative or not finite.
         """
         if lr_position is not None and not (0 <= lr_position < float("inf")):
             raise ValueError(f"lr_position must be a finite number of schedule units >= 0, got {lr_position!r}")
+        sums = [g.sum() for g in _grad_buffers(self.policy.chunks)]  # NaN / inf propagate (no copy of the buffer)
+        grads_bad = bool(sums) and not bool(torch.isfinite(torch.stack([x.float() for x in sums])).all())
+        if world.any_rank(grads_bad or (loss is not None and not math.isfinite(loss))):
+            self.skipped_in_a_row += 1
+            return {"actor/grad_norm": float("nan"), "actor/lr": float(self.optimizer.param_groups[0]["lr"]),
+                    "actor/update_skipped": 1.0}
+        self.skipped_in_a_row = 0
         ok, grad_norm, _ = self.optimizer.step()
         if lr_position is None:
             self.scheduler.step(increment=1)
@@ -334,7 +350,26 @@ class Actor:
         self, batch: PolicyBatch, micro_sizes: list[int] | None = None, *, lr_position: int | float | None = None
     ) -> dict[str, float]:
         """One optimizer step on this DP rank's share of a mini-batch; global metrics
-        (``lr_position``: :meth:`step`)."""
+        (``lr_position`` and the skip of a non-finite update: :meth:`step`)."""
         metrics = self.forward_backward(batch, micro_sizes)
-        metrics.update(self.step(lr_position=lr_position))
+        metrics.update(self.step(lr_position=lr_position, loss=metrics.get("actor/loss")))
         return metrics
+
+
+def _grad_buffers(chunks: list[Any]) -> list[torch.Tensor]:
+    """The gradients of megatron DDP model ``chunks``: each grad buffer's data (DP-reduced after the
+    backward pass), or, for a chunk without buffers, each parameter's ``main_grad`` / ``grad``."""
+    out = []
+    for chunk in chunks:
+        # megatron's DDP sets these lists (shadowing nn.Module.buffers()); other modules have none
+        buffers = [b for name in ("buffers", "expert_parallel_buffers")
+                   if isinstance(found := getattr(chunk, name, None), (list, tuple)) for b in found]
+        if buffers:
+            out.extend(b.grad_data for b in buffers)
+            continue
+        for p in chunk.parameters():
+            g = getattr(p, "main_grad", None)
+            g = p.grad if g is None else g
+            if g is not None:
+                out.append(g)
+    return out

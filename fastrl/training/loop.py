@@ -11,7 +11,13 @@ trained; the next stage starts the run from the beginning).
 
 Finished runs: a run whose checkpoint is at its last step says exactly which key to raise to
 train further; a finished run (``RUN_DIR/FINISHED``) resumed with more steps continues, and the
-marker is removed when its first new step starts.
+marker is removed when its first new step starts. The records of the steps a run trains again move
+to ``metrics.superseded.jsonl`` only after that decision (a run with nothing to do moves none).
+
+Non-finite updates: the actor skips an optimizer update whose loss or gradient is not finite
+(:meth:`fastrl.training.actor.Actor.step`); the loop counts them over the run
+(``actor/skipped_updates_total``) and stops with :class:`NonFiniteUpdatesError` naming the step
+after ``trainer.max_skipped_updates`` in a row.
 """
 
 from __future__ import annotations
@@ -139,6 +145,73 @@ def _already_complete(run: RunParts, state: TrainState, resumed: str | None) -> 
     return True
 
 
+class NonFiniteUpdatesError(RuntimeError):
+    """``trainer.max_skipped_updates`` optimizer updates in a row were skipped (non-finite loss or gradient)."""
+
+
+def count_skipped_updates(run: RunParts, state: TrainState, m: dict[str, float]) -> dict[str, float]:
+    """Add the step's skipped optimizer updates (``actor/update_skipped`` is their fraction of the
+    step's ``actor/updates``) to ``state.skipped_updates``; returns ``actor/skipped_updates_total``
+    (the run's running count, as megatron-LM's skipped-iterations counter). Logs a warning for a
+    step that skipped any."""
+    skipped = round(m.get("actor/update_skipped", 0.0) * m.get("actor/updates", 0.0))
+    state.skipped_updates += skipped
+    if skipped and run.ctx.is_logging_rank:
+        logger.warning(
+            "step %d: %d of %d optimizer update(s) skipped: the loss (actor/loss=%s) or a gradient is not finite; "
+            "the weights are unchanged by them (%d skipped in a row, the run stops at trainer.max_skipped_updates=%d)",
+            state.step, skipped, int(m.get("actor/updates", 0)), m.get("actor/loss"), run.actor.skipped_in_a_row,
+            run.cfg.trainer.max_skipped_updates,
+        )
+    return {"actor/skipped_updates_total": float(state.skipped_updates)}
+
+
+def stop_if_updates_keep_failing(run: RunParts, state: TrainState, m: dict[str, float]) -> None:
+    """Raise when the last ``trainer.max_skipped_updates`` optimizer updates were all skipped.
+
+    Raises:
+        NonFiniteUpdatesError: naming the step and the loss; the newest checkpoint holds the last
+            finite state (a checkpoint is never written from non-finite weights, :mod:`fastrl.checkpoint.io`).
+    """
+    limit = run.cfg.trainer.max_skipped_updates
+    in_a_row = run.actor.skipped_in_a_row
+    if in_a_row >= limit:
+        raise NonFiniteUpdatesError(
+            f"step {state.step}: the last {in_a_row} optimizer updates were skipped because the loss (actor/loss="
+            f"{m.get('actor/loss')}) or a gradient was not finite (trainer.max_skipped_updates={limit}); training "
+            "diverged: lower optimizer.lr, set optimizer.clip_grad, or check the rewards and data of these steps"
+        )
+
+
+def _metrics_logger(run: RunParts) -> MetricsLogger:
+    cfg = run.cfg
+    return MetricsLogger(
+        run.run_dir, tensorboard=cfg.logging.tensorboard, wandb_project=cfg.logging.wandb_project,
+        run_name=cfg.logging.run_name or cfg.recipe, config=cfg.to_dict(), enabled=run.ctx.is_logging_rank,
+    )
+
+
+def set_aside_records(run: RunParts, step: int) -> None:
+    """Move the metrics and rollout records after ``step`` (which this run trains again) to their
+    ``.superseded.jsonl`` files. Called once the run has decided to train (never for a run that is
+    already complete or only validates); rank 0 sets aside every rank's records (also of DP ranks a
+    resume at a smaller DP size lacks), and every rank stops when it fails."""
+    failed: Exception | None = None
+    own = [run.run_dir / "metrics.jsonl", *rollout_files(run.run_dir)] if run.ctx.is_logging_rank else []
+    try:
+        for path in own:
+            moved, superseded = supersede_records_after(path, step)
+            if moved:
+                logger.info(
+                    "%s: %d record(s) after step %d, which this run trains again, moved to %s",
+                    path.name, moved, step, superseded,
+                )
+    except (OSError, ValueError) as err:
+        failed = err
+    if world.any_rank(failed is not None):  # every rank stops, none waits in a collective
+        raise failed or RuntimeError("another rank could not set aside its records of the steps trained again")
+
+
 def run_loop(run: RunParts, state: TrainState, stop: "StopRequest") -> dict[str, Any]:
     cfg, ctx = run.cfg, run.ctx
     stage_start = time.monotonic()
@@ -151,30 +224,11 @@ def run_loop(run: RunParts, state: TrainState, stop: "StopRequest") -> dict[str,
 
     io = CheckpointIO(cfg, ctx, run_dir=run.run_dir, phase=run.timer.phase)
     resumed = resume(run, state, io)
-    if not cfg.trainer.val_only:
-        failed: Exception | None = None
-        # rank 0 sets aside every rank's records (also of DP ranks a resume at a smaller DP size lacks)
-        own = [run.run_dir / "metrics.jsonl", *rollout_files(run.run_dir)] if ctx.is_logging_rank else []
-        try:
-            for path in own:
-                moved, superseded = supersede_records_after(path, state.step)
-                if moved:
-                    logger.info(
-                        "%s: %d record(s) after step %d, which this run trains again, moved to %s",
-                        path.name, moved, state.step, superseded,
-                    )
-        except (OSError, ValueError) as err:
-            failed = err
-        if world.any_rank(failed is not None):  # every rank stops, none waits in a collective
-            raise failed or RuntimeError("another rank could not set aside its records of the steps trained again")
-    log = MetricsLogger(
-        run.run_dir, tensorboard=cfg.logging.tensorboard, wandb_project=cfg.logging.wandb_project,
-        run_name=cfg.logging.run_name or cfg.recipe, config=cfg.to_dict(), enabled=ctx.is_logging_rank,
-    )
     summary: dict[str, Any] = {"resumed_from": resumed, "run_dir": str(run.run_dir)}
     if io.config_changes:
         summary["config_changes"] = [c.describe() for c in io.config_changes]
     if cfg.trainer.val_only:
+        log = _metrics_logger(run)
         if run.start_metrics:
             log.log(state.step, run.start_metrics, kind="start")
         val = _validate(run, state, stop, stop_due)
@@ -187,10 +241,11 @@ def run_loop(run: RunParts, state: TrainState, stop: "StopRequest") -> dict[str,
         log.close()
         summary.update({"step": state.step, "val_only": True, "val_end": val, "test_end": test})
         return summary
-    if _already_complete(run, state, resumed):
+    if _already_complete(run, state, resumed):  # decided before any record is moved or written
         summary["already_complete"] = True
-        log.close()
         return summary
+    set_aside_records(run, state.step)
+    log = _metrics_logger(run)
     extending = (run.run_dir / FINISHED_FILE).exists()  # a finished run resumed with a longer run length
     if extending and ctx.is_logging_rank:
         logger.info(
@@ -230,6 +285,7 @@ def run_loop(run: RunParts, state: TrainState, stop: "StopRequest") -> dict[str,
         if out.rollouts:
             write_rollouts(run.run_dir, ctx.dp_rank, list(out.rollouts), pruning=dataclasses.asdict(cfg.pruning))
         m = dict(out.metrics)
+        m.update(count_skipped_updates(run, state, m))
         m.update({f"time/{k}": v for k, v in run.timer.pop().items()})
         state.train_seconds += m["time/step"]
         m["time/train_elapsed"] = state.train_seconds
@@ -247,6 +303,7 @@ def run_loop(run: RunParts, state: TrainState, stop: "StopRequest") -> dict[str,
         # checkpoint saves (time/save) are charged to the step that saved, outside its time/step
         m.update({f"time/{k}": v for k, v in run.timer.pop().items() if k != "step"})
         log.log(state.step, m)
+        stop_if_updates_keep_failing(run, state, m)
     if bar is not None:
         bar.close()
     finished = state.step >= state.total_steps

@@ -8,8 +8,12 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fastrl.config import RunConfig
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fastrl.checkpoint.run_lock import RunDirLock
 
 
 def log_file(config: RunConfig) -> Path:
@@ -48,11 +52,40 @@ def source_wait_timeout_s(config: RunConfig) -> float:
     return (1 + ro.engine_restart_retries) * (ro.engine_startup_timeout_s + ro.engine_timeout_s) + 600.0
 
 
+def lock_run_dir(run_dir: Path, rank: int) -> "RunDirLock | None":
+    """Global rank 0 takes ``run_dir``'s lock (:mod:`fastrl.checkpoint.run_lock`) before anything in
+    it is read or moved; every rank learns whether it could (one MAX all-reduce), so all stop together.
+
+    Returns:
+        the lock on rank 0 (release it at exit), None on the other ranks.
+
+    Raises:
+        RunDirLocked: another trainer holds ``run_dir`` (rank 0: the holder's pid, host and start
+            time; the other ranks: that rank 0 was refused).
+    """
+    from fastrl.checkpoint.run_lock import RunDirLock, RunDirLocked
+    from fastrl.distributed import world
+
+    lock, refused = None, None
+    if rank == 0:
+        try:
+            lock = RunDirLock(run_dir).acquire()
+        except RunDirLocked as err:
+            refused = err
+    if world.any_rank(refused is not None):
+        if lock is not None:
+            lock.release()
+        raise refused or RunDirLocked(f"rank 0 could not lock the run directory {run_dir} (its log says why)")
+    return lock
+
+
 def run(config: RunConfig) -> int:
     """Train ``config`` to completion (or to the end of this Slurm stage); return an exit code.
 
     Exit code 0: finished, the stage budget was reached, or a stop signal was honoured after a
-    save. Errors propagate (non-zero exit), so a chained Slurm run stops.
+    save. Errors propagate (non-zero exit), so a chained Slurm run stops; among them
+    :class:`~fastrl.checkpoint.run_lock.RunDirLocked` when another trainer holds the run directory
+    (:func:`lock_run_dir`; the lock is held until the trainer is closed).
     """
     from fastrl.distributed.session import distributed_session, export_launch_env
 
@@ -62,27 +95,38 @@ def run(config: RunConfig) -> int:
 
     start = time.time()
     set_torch_threads(config)
-    with distributed_session(config.parallel, seed=config.trainer.seed, wait_timeout_s=source_wait_timeout_s(config)) as ctx:
-        trainer = Trainer(config, ctx)
-        try:
-            summary = trainer.fit()
-        finally:
-            trainer.close()
-    if trainer.ctx.is_logging_rank:
-        log = logging.getLogger("fastrl.train")
-        summary["wall_seconds"] = time.time() - start
-        (trainer.run_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
-        log.info("run directory: %s", trainer.run_dir)
-        log.info("metrics: %s", trainer.run_dir / "metrics.jsonl")
-        if summary.get("val_only"):
-            return 0
-        log.info("checkpoints: %s", trainer.run_dir / "checkpoints")
-        _plot(config, trainer.run_dir, log)
-        start_acc = (summary.get("val_start") or {}).get("val/accuracy")
-        end_acc = (summary.get("val_end") or {}).get("val/accuracy")
-        if start_acc is not None and end_acc is not None:
-            log.info("validation accuracy: %.4f before RL -> %.4f after (%+.2f points)", start_acc, end_acc, 100 * (end_acc - start_acc))
+    lock = None
+    try:
+        with distributed_session(config.parallel, seed=config.trainer.seed, wait_timeout_s=source_wait_timeout_s(config)) as ctx:
+            lock = lock_run_dir(config.run_dir, ctx.rank)
+            trainer = Trainer(config, ctx)
+            try:
+                summary = trainer.fit()
+            finally:
+                trainer.close()
+        if trainer.ctx.is_logging_rank:
+            _report(config, trainer.run_dir, summary, start)
+    finally:
+        if lock is not None:
+            lock.release()
     return 0
+
+
+def _report(config: RunConfig, run_dir: Path, summary: dict, start: float) -> None:
+    """Write ``run_dir/summary.json`` (with the wall time since ``start``), log where things are, plot."""
+    log = logging.getLogger("fastrl.train")
+    summary["wall_seconds"] = time.time() - start
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    log.info("run directory: %s", run_dir)
+    log.info("metrics: %s", run_dir / "metrics.jsonl")
+    if summary.get("val_only"):
+        return
+    log.info("checkpoints: %s", run_dir / "checkpoints")
+    _plot(config, run_dir, log)
+    start_acc = (summary.get("val_start") or {}).get("val/accuracy")
+    end_acc = (summary.get("val_end") or {}).get("val/accuracy")
+    if start_acc is not None and end_acc is not None:
+        log.info("validation accuracy: %.4f before RL -> %.4f after (%+.2f points)", start_acc, end_acc, 100 * (end_acc - start_acc))
 
 
 def _plot(config: RunConfig, run_dir: Path, log: logging.Logger) -> None:

@@ -16,7 +16,7 @@ import torch
 
 from fastrl.algorithms.adaptive_sampling import AdaptiveRolloutSampler
 from fastrl.checkpoint.config_diff import images_fingerprint, records_fingerprint
-from fastrl.checkpoint.signals import StopRequest
+from fastrl.checkpoint.signals import StopRequest, trainer_signals
 from fastrl.checkpoint.train_state import TrainState
 from fastrl.config import RunConfig
 from fastrl.data import ResumableSampler
@@ -39,7 +39,8 @@ class Trainer:
     Raises:
         ConfigError: the update geometry does not fit the world size.
 
-    The stop signals (``stage.exit_signal`` and TERM) are caught from the start of the constructor
+    The stop signals (``stage.exit_signal``, TERM and INT, i.e. Ctrl-C; a second INT exits at once)
+    are caught from the start of the constructor
     (a signal while the parts are built, e.g. during a long warm start, is honoured by
     :meth:`fit` before its first step instead of killing the process) until :meth:`fit` returns.
     """
@@ -49,7 +50,7 @@ class Trainer:
         self.ctx = ctx
         self.run_dir = Path(run_dir or config.run_dir)
         config.check_layout(ctx.world_size)
-        self.stop = StopRequest((config.stage.exit_signal, "TERM")).install()
+        self.stop = StopRequest(trainer_signals(config.stage.exit_signal), notify=ctx.rank == 0).install()
         try:
             self.parts: RunParts = build_parts(config, ctx, self.run_dir)
         except BaseException:

@@ -163,7 +163,7 @@ def update_policy(
                 out.update(mismatch)
                 if guard is not None:
                     guard(mismatch)
-                out.update(actor.step(lr_position=next(positions)))
+                out.update(actor.step(lr_position=next(positions), loss=out.get("actor/loss")))
             else:
                 out = actor.update(part, micro_sizes=cut, lr_position=next(positions))
             if epoch == 0:

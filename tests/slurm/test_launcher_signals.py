@@ -37,6 +37,8 @@ WRAPPER = REPO / "slurm" / "graceful_launch.sh"
 WORKER = Path(__file__).parent / "stop_worker.py"
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMPI_MCA_rmaps_base_oversubscribe": "1"}
 OUTCOMES = ("saves", "torn down", "ignored")
+#: The row of the trainer run without a launcher (Ctrl-C on a terminal): one process.
+DIRECT = "python -m fastrl.train"
 
 
 def table_rows() -> list[tuple[str, str, str]]:
@@ -60,7 +62,8 @@ def test_table_covers_every_signal_and_launcher():
     rows = table_rows()
     launchers = {"mpirun -n 2", "srun --mpi=pmix -n 2", "torchrun --nproc-per-node=2"}
     launchers |= {f"slurm/graceful_launch.sh {name}" for name in launchers if not name.startswith("torchrun")}
-    assert {(s, name) for s, name, _ in rows} == {(s, name) for s in ("USR1", "TERM", "INT") for name in launchers}
+    expected = {(s, name) for s in ("USR1", "TERM", "INT") for name in launchers} | {("INT", DIRECT)}
+    assert {(s, name) for s, name, _ in rows} == expected
     # the promise of the wrapper: TERM and INT do what USR1 does
     for sig, launcher, outcome in rows:
         if launcher.startswith("slurm/graceful_launch.sh"):
@@ -68,6 +71,8 @@ def test_table_covers_every_signal_and_launcher():
 
 
 def _command(launcher: str, out: Path) -> list[str]:
+    if launcher == DIRECT:  # no launcher: the stand-in rank itself, as `python -m fastrl.train` runs
+        return [sys.executable, str(WORKER), str(out)]
     words = launcher.split()
     if words[0] == "slurm/graceful_launch.sh":
         words[0] = str(WRAPPER)
@@ -101,8 +106,9 @@ def test_signal_to_launcher_matches_table(slurm, tmp_path, sig, launcher, outcom
             _command(launcher, tmp_path), cwd=REPO, env={**slurm.env, **MPI_ENV},
             stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_default_stop_signals,
         )
+    world = 1 if launcher == DIRECT else 2
     try:
-        _wait_steps(tmp_path, proc, 2, 2)
+        _wait_steps(tmp_path, proc, world, 2)
         os.kill(proc.pid, getattr(signal, f"SIG{sig}"))
         if outcome == "ignored":
             time.sleep(3)
@@ -117,7 +123,7 @@ def test_signal_to_launcher_matches_table(slurm, tmp_path, sig, launcher, outcom
     output = log.read_text()
     saved = {p.name: json.loads(p.read_text()) for p in tmp_path.glob("saved.rank*.json")}
     if outcome == "saves":
-        assert sorted(saved) == ["saved.rank0.json", "saved.rank1.json"], output
+        assert sorted(saved) == [f"saved.rank{r}.json" for r in range(world)], output
         if launcher.startswith("torchrun"):
             assert proc.returncode == 1, output  # torchrun fails although its workers saved (table)
         else:

@@ -127,3 +127,40 @@ def test_error_after_start_up_is_one_line_and_names_the_log(tmp_path, monkeypatc
     assert ("--debug prints the traceback here" in err) == (not debug)
     text = log.read_text()
     assert "Traceback (most recent call last)" in text and "RuntimeError: grader exploded" in text
+
+
+class _LibraryAbort(BaseException):
+    """Like torch.distributed.checkpoint's CheckpointException: a BaseException, not an Exception."""
+
+
+def test_a_library_base_exception_after_start_up_is_one_line_too(tmp_path, monkeypatch, capsys):
+    """catches: the one-line handler catching Exception only (a full disk during a save printed
+    torch's CheckpointException as a 60-line traceback per rank, and train.log lacked it)."""
+    import fastrl.training.run as training_run
+
+    def failing_run(config):
+        raise _LibraryAbort("CheckpointException ranks:dict_keys([0])\nOSError: [Errno 28] No space left on device")
+
+    monkeypatch.setattr(training_run, "run", failing_run)
+    argv = ["--recipe", "easyvqa_tiny_fastrl_grpo_cpu", f"logging.output_dir={tmp_path}", "logging.run_name=r"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.splitlines()[0] == (
+        "fastrl.train: error: _LibraryAbort: CheckpointException ranks:dict_keys([0]) OSError: [Errno 28] No space left on device"
+    )
+    assert "Traceback" not in err and len(err.splitlines()) == 2
+    assert "_LibraryAbort: CheckpointException" in (tmp_path / "r" / "train.log").read_text()
+
+
+def test_an_interrupt_is_one_line_exit_130_and_system_exit_passes(tmp_path, monkeypatch, capsys):
+    """catches: a second Ctrl-C's KeyboardInterrupt reported as an error (exit 1), or SystemExit swallowed."""
+    import fastrl.training.run as training_run
+
+    argv = ["--recipe", "easyvqa_tiny_fastrl_grpo_cpu", f"logging.output_dir={tmp_path}", "logging.run_name=r"]
+    monkeypatch.setattr(training_run, "run", lambda config: (_ for _ in ()).throw(KeyboardInterrupt()))
+    assert main(argv) == 130
+    err = capsys.readouterr().err
+    assert "fastrl.train: interrupted (Ctrl-C): exited at once, without saving a checkpoint" in err and "Traceback" not in err
+    monkeypatch.setattr(training_run, "run", lambda config: (_ for _ in ()).throw(SystemExit(3)))
+    with pytest.raises(SystemExit):
+        main(argv)

@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from fastrl.checkpoint.signals import StopRequest, parse_signal
+from fastrl.checkpoint.signals import StopRequest, parse_signal, trainer_signals
 
 # A stand-in trainer loop: each "step" blocks until the parent writes a line, so the parent decides
 # when a signal lands (mid-step) without any sleeps. After each step it polls the flag.
@@ -61,7 +61,9 @@ def _run_child(tmp_path, signals: str, send: signal.Signals, steps_before: int) 
     return rc, json.loads(out.read_text())
 
 
-@pytest.mark.parametrize(("signals", "send"), [("USR1,TERM", signal.SIGUSR1), ("USR1,TERM", signal.SIGTERM), ("TERM", signal.SIGTERM)])
+@pytest.mark.parametrize(("signals", "send"), [
+    ("USR1,TERM", signal.SIGUSR1), ("USR1,TERM", signal.SIGTERM), ("TERM", signal.SIGTERM), ("USR1,TERM,INT", signal.SIGINT),
+])
 def test_signal_mid_step_finishes_step_records_and_exits_zero(tmp_path, signals, send):
     rc, record = _run_child(tmp_path, signals, send, steps_before=2)
     assert rc == 0
@@ -114,3 +116,23 @@ def test_parse_signal(name, expected):
 def test_parse_signal_unknown_name():
     with pytest.raises(ValueError, match="unknown signal 'USR9'"):
         parse_signal("USR9")
+
+
+def test_the_trainer_stops_on_ctrl_c():
+    """catches: the trainer's stop signals without INT (Ctrl-C killed the run with a KeyboardInterrupt
+    traceback, no checkpoint)."""
+    assert {signal.SIGUSR1, signal.SIGTERM, signal.SIGINT} <= set(StopRequest(trainer_signals("USR1")).signals)
+
+
+def test_first_int_is_a_stop_request_and_a_second_exits_at_once(capfd):
+    """catches: a second Ctrl-C only counted (no way to stop a run at once), or the first one raising."""
+    previous = signal.getsignal(signal.SIGINT)
+    with StopRequest(["USR1", "TERM", "INT"], notify=True) as stop:
+        os.kill(os.getpid(), signal.SIGINT)
+        assert stop.requested and stop.reason == "SIGINT"
+        assert "stop requested (SIGINT)" in capfd.readouterr().err
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(100):  # the handler runs between bytecodes of this thread
+                pass
+    assert signal.getsignal(signal.SIGINT) == previous
