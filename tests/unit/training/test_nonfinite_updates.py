@@ -100,3 +100,28 @@ def test_update_checks_the_loss_of_its_forward_backward():
     actor.forward_backward = lambda batch, micro_sizes=None: {"actor/loss": float("nan")}
     m = actor.update(None)
     assert m["actor/update_skipped"] == 1.0 and math.isnan(m["actor/loss"]) and actor.optimizer.steps == 0
+
+
+def test_the_on_policy_first_update_checks_its_loss_too():
+    """The step's first update (trainer.old_log_probs=auto) runs forward_backward_on_policy and then
+    Actor.step itself (the mismatch guard sits between them).
+
+    catches: update_policy's on-policy branch calling ``actor.step`` without the loss (a NaN loss
+    with finite gradients applied)."""
+    from fastrl.batch import PolicyBatch
+    from fastrl.training.geometry import UpdatePlan
+    from fastrl.training.update_phase import update_policy
+
+    actor = _actor(0.1)
+    actor.forward_backward_on_policy = lambda batch, micro_sizes=None: (
+        {"actor/loss": float("nan")}, torch.zeros(len(batch), batch.seq_length)
+    )
+    mask = torch.tensor([[False, True, True], [False, True, False]])
+    batch = PolicyBatch(
+        input_ids=torch.ones(2, 3, dtype=torch.long), attention_mask=torch.ones(2, 3, dtype=torch.bool), response_mask=mask,
+        advantages=torch.tensor([1.0, -1.0]), engine_log_probs=torch.zeros(2, 3),
+        old_log_probs=torch.full((2, 3), float("nan")),
+    )
+    plan = UpdatePlan(row_order=(0, 1), update_rows=(2,), micro_batches=((2,),), passes=1, lr_positions=(1,))
+    m = update_policy(batch, actor, plan, on_policy_rows=2)
+    assert m["actor/update_skipped"] == 1.0 and actor.optimizer.steps == 0
