@@ -27,6 +27,7 @@ source does not name is refused unless :data:`UNRESOLVED_ALLOWED` says why it is
 from __future__ import annotations
 
 import ast
+import functools
 from collections import defaultdict
 from pathlib import Path
 
@@ -97,6 +98,7 @@ class _Source:
         self.path = path
         assigned: dict[str, list[ast.AST]] = defaultdict(list)
         self.aliases: dict[str, str] = {}
+        self.path_types = {"Path", "PurePath"}  # and their local names: from pathlib import Path as P
         for node in ast.walk(tree):
             if isinstance(node, ast.Assign):
                 for target in node.targets:
@@ -108,6 +110,8 @@ class _Source:
                 for a in node.names:
                     if a.name in DYNAMIC_IMPORTS + FILE_IMPORTS:
                         self.aliases[a.asname or a.name] = a.name
+            elif isinstance(node, ast.ImportFrom) and node.module == "pathlib":
+                self.path_types |= {a.asname for a in node.names if a.asname and a.name in ("Path", "PurePath")}
         self.single = {k: v[0] for k, v in assigned.items() if len(v) == 1}
         for name, value in self.single.items():  # load = importlib.import_module
             called = _called_name(value)
@@ -152,7 +156,7 @@ class _Source:
             return (self.path.parent / node.value).resolve()
         if isinstance(node, ast.Name):
             return self.file(self.single[node.id], seen + 1) if node.id in self.single else None
-        if isinstance(node, ast.Call) and _called_name(node.func) == "Path" and len(node.args) == 1:
+        if isinstance(node, ast.Call) and _called_name(node.func) in self.path_types and len(node.args) == 1:
             arg = node.args[0]
             return self.path if isinstance(arg, ast.Name) and arg.id == "__file__" else self.file(arg, seen + 1)
         if isinstance(node, ast.Attribute) and node.attr == "parent":
@@ -213,6 +217,7 @@ def _dynamic_import(node: ast.AST, src: _Source) -> tuple[str, str] | None:
     return how, name or UNRESOLVED
 
 
+@functools.lru_cache(maxsize=None)  # each file is scanned once per process (several tests read every module)
 def _scan(name: str, path: Path, text: str | None = None) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
     """``(imports, unresolved)``: ``(line, dotted name)`` of every import (``from a import b``
     gives ``a.b``), dynamic ones included (:func:`_dynamic_import`); ``(line, how)`` of each
@@ -357,7 +362,7 @@ def test_every_dynamic_import_is_named():
     bad = []
     for root in ("fastrl", "recipes"):
         for path in sorted((REPO / root).rglob("*.py")):
-            for line, how in _scan(_module_name(path), path)[1]:
+            for line, how in _scan(_module_name(path), path, None)[1]:
                 key = (str(path.relative_to(REPO)), how)
                 found.add(key)
                 if key not in UNRESOLVED_ALLOWED:
@@ -401,10 +406,10 @@ def test_the_rules_see_through_aliases_and_computed_names():
     module = REPO / "fastrl" / "data" / "_alias_probe.py"  # never written: the scan reads the text below
     text = (
         "import importlib\nimport importlib.util as iu\nimport sys\nfrom importlib import import_module as load\n"
-        "from pathlib import Path\n\n"
+        "from pathlib import Path as P\n\n"
         "STEP = 'fastrl.training.step'\n"
         "grab = importlib.import_module\n"
-        "HERE = Path(__file__).parent\n\n\n"
+        "HERE = P(__file__).parent\n\n\n"
         "def reach(part, lookup=iu.find_spec):\n"
         "    importlib.import_module(STEP)\n"                                      # 13: a module constant
         "    importlib.import_module(f'fastrl.rollout.{part}')\n"                  # 14: an f-string's package

@@ -6,6 +6,7 @@ tests/unit/training/test_mismatch_guard.py."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import types
 
 import pytest
@@ -17,7 +18,8 @@ from fastrl.training import step as step_module
 from fastrl.training import update_phase
 from fastrl.training.actor import Actor
 from fastrl.training.generation import generate
-from fastrl.training.refit_verify import RefitVerificationError
+from fastrl.training.prompting import PromptBatch
+from fastrl.training.refit_verify import RefitVerificationError, RolloutMismatchError
 from recipes.registry import get_recipe
 
 VOCAB = 40
@@ -170,3 +172,40 @@ def test_refit_probe_stops_a_refit_the_engine_did_not_load(monkeypatch):
     engine.score = lambda seqs, starts: [lp + 0.01 for lp in real(seqs, starts)]
     with pytest.raises(RefitVerificationError, match="refit verification failed after refit 1"):
         update_phase.refit(engine, actor)
+
+
+@pytest.mark.parametrize("early", [False, True], ids=["logprobs-after-pruning", "logprobs-before-pruning"])
+def test_a_stale_step_stops_before_its_update(monkeypatch, early):
+    """catches: ``train_step`` not reading the step's measured mismatch (the
+    ``check_rollout_mismatch`` call after the old/ref log-probs in ``fastrl/training/step.py``,
+    in either order of the phases): rollouts of a stale engine would be trained on."""
+    calls: list[str] = []
+    batch = types.SimpleNamespace(lengths=[], with_tensors=lambda **k: batch)
+    advantaged = type("Advantaged", (list,), {"advantages": torch.zeros(0)})()  # no rows
+    scored: list = []  # the rollouts' stand-in: only its length is read
+    for name, fn in {
+        "group_size": lambda cfg, ars: 2, "prompts_this_step": lambda rollout, n: 1, "_check_epochs": lambda *a: {},
+        "generate": lambda *a, **k: None, "score": lambda *a, **k: (scored, {}), "dynamic_sampling": lambda s, **k: (s, {}),
+        "sleep_engine": lambda engine: None, "compute_advantages": lambda s, alg, **k: (advantaged, {}),
+        "to_policy_batch": lambda *a, **k: batch, "prune": lambda *a, **k: (None, {}),
+        "repartition_kept": lambda b, o: (b, {}),
+        "add_log_probs": lambda b, *a, **k: calls.append("log_probs") or (b, {"mismatch/abs_diff_mean": 0.3}),
+        "update_policy": lambda *a, **k: calls.append("update") or {},
+    }.items():
+        monkeypatch.setattr(step_module, name, fn)
+    cfg = get_recipe("easyvqa_tiny_fastrl_grpo_cpu")
+    cfg = dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, logprobs_before_pruning=early))
+    assert cfg.logprobs_before_pruning is early and cfg.mismatch_tolerance == 1e-4
+    prompts = PromptBatch([], epochs_completed=0)
+    run = types.SimpleNamespace(
+        cfg=cfg, ctx=types.SimpleNamespace(dp_size=1, dp_rank=0, is_logging_rank=True, device=torch.device("cpu")),
+        timer=types.SimpleNamespace(phase=lambda name: contextlib.nullcontext()),
+        prompts=types.SimpleNamespace(next_batch=lambda *a, **k: prompts),
+        engine=types.SimpleNamespace(pad_token_id=0), actor=types.SimpleNamespace(policy_version=1), reference=None,
+        scorer=None,
+    )
+    state = types.SimpleNamespace(ars=None, sampler=types.SimpleNamespace(epochs_drawn=0.0), prompt_skipper=None,
+                                  total_steps=3, reward_health=types.SimpleNamespace(end_step=lambda *a, **k: {}))
+    with pytest.raises(RolloutMismatchError, match=r"step 2: .*mismatch/abs_diff_mean = 0.3 > rollout.mismatch_tolerance = 0.0001"):
+        step_module.train_step(run, state, 2)
+    assert calls == ["log_probs"]  # stopped before the update
