@@ -9,12 +9,13 @@ does not ignore: no ``.venv``, no ``.git``), checks that the listed tests pass t
 applies one break at a time to the copy, runs that break's tests with ``PYTHONPATH`` set to the
 copy (so ``import fastrl`` is the copy's) and restores the file. It prints one line per break:
 
-* ``caught``: at least one of its tests failed;
+* ``caught``: at least one of its tests failed (or could not be collected any more: the break
+  makes an import fail);
 * ``SURVIVED``: all of its tests passed with the break in place;
 * ``STALE``: its ``original`` text is not found exactly once in ``file`` (the code moved on: update
   the entry);
-* ``ERROR``: pytest did not run the tests (a node id that no longer exists, a collection error) or
-  ran past ``--timeout``.
+* ``ERROR``: pytest ended otherwise (an internal or usage error, no test collected) or ran past
+  ``--timeout``.
 
 Exit status 0 when every break was caught, 1 otherwise (also when the unchanged tests fail).
 
@@ -42,8 +43,12 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_LIST = ROOT / "tools" / "mutants.toml"
 #: Never copied (besides what git ignores): environments and version control.
 SKIP = {".git", ".venv", ".venv-vllm", "__pycache__", ".pytest_cache", ".hypothesis"}
-#: pytest's exit status when tests ran and some failed (the break was caught); 0: all passed.
+#: pytest's exit status when tests ran and some failed; 0: all passed.
 PYTEST_FAILED = 1
+#: pytest's exit statuses when a test module failed to collect (2; 4 when a node id's module did).
+#: The listed tests were collected on the unchanged copy, so with a break in place the break made
+#: an import fail: caught too.
+PYTEST_COLLECTION_FAILED = (2, 4)
 
 
 @dataclass(frozen=True)
@@ -104,14 +109,14 @@ def copy_tree(root: Path, dest: Path) -> None:
 
 def run_tests(copy: Path, tests: tuple[str, ...], timeout: float) -> tuple[int | None, str]:
     """pytest on ``tests`` in ``copy`` (``PYTHONPATH=copy``); the exit status (None: timed out) and
-    the output's tail."""
+    the output."""
     env = dict(os.environ, PYTHONPATH=str(copy), OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-rf", "-p", "no:cacheprovider", *tests]
     try:
         proc = subprocess.run(cmd, cwd=copy, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return None, f"timed out after {timeout:.0f} s"
-    return proc.returncode, (proc.stdout + proc.stderr)[-3000:]
+    return proc.returncode, proc.stdout + proc.stderr
 
 
 def check_imports_from(copy: Path) -> None:
@@ -164,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         rc, tail = run_tests(copy, every, args.timeout)
         if rc != 0:
             print(f"mutants: the listed tests do not pass on the unchanged copy (pytest exit {rc}); "
-                  f"nothing can be caught:\n{tail}")
+                  f"nothing can be caught:\n{tail[-3000:]}")
             return 1
         counts: dict[str, int] = {}
         for m in mutants:
@@ -181,10 +186,14 @@ def main(argv: list[str] | None = None) -> int:
                 if rc == PYTEST_FAILED:
                     failed = [ln.split()[1] for ln in tail.splitlines() if ln.startswith("FAILED ")]
                     status, detail = "caught", f"by {failed[0]}" if failed else ""
+                elif rc in PYTEST_COLLECTION_FAILED and "ERROR collecting" in tail:
+                    status, detail = "caught", "by a collection error (the break makes an import fail)"
                 elif rc == 0:
                     status, detail = "SURVIVED", f"every test passed: {' '.join(m.tests)}"
+                elif rc is None:
+                    status, detail = "ERROR", f"{tail} (--timeout)"
                 else:
-                    status, detail = "ERROR", f"pytest exit {rc}: the tests did not run as listed\n{tail}"
+                    status, detail = "ERROR", f"pytest exit {rc}: the tests did not run as listed\n{tail[-3000:]}"
             counts[status] = counts.get(status, 0) + 1
             print(f"{status:<9} {m.id}  ({time.monotonic() - start:.1f} s){'  ' + detail if detail else ''}", flush=True)
     bad = len(mutants) - counts.get("caught", 0)

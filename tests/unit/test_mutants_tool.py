@@ -94,3 +94,12 @@ def test_the_committed_list_loads_and_names_existing_files(tmp_path):
     bad.write_text('[[mutant]]\nid = "x"\n')
     with pytest.raises(SystemExit, match="missing keys"):
         mutants.load(bad)
+
+
+def test_a_break_that_stops_the_import_is_caught(tmp_path):
+    """catches: a tool that reports a break which makes the tested module fail to import (pytest
+    exit 2, a collection error) as an error instead of caught."""
+    listing = _toy(tmp_path, [("syntax-error", "return a + b", "return a +")])
+    proc = _run(tmp_path, listing)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "caught    syntax-error" in proc.stdout and "by a collection error" in proc.stdout
