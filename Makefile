@@ -20,7 +20,7 @@ TEST_WORKERS ?= 2
 export OMP_NUM_THREADS ?= 2
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: run test lint setup system venv vllm-venv clean-venv
+.PHONY: run test lint mutants setup system venv vllm-venv clean-venv
 
 # Recipes named *vllm*, and ARGS that name vllm (rollout.engine=vllm), run the vLLM engine process:
 # they need .venv-vllm too.
@@ -35,6 +35,13 @@ test: setup vllm-venv lint
 # ruff (configuration in pyproject.toml): pyflakes, pycodestyle, import order; part of `make test`.
 lint: venv
 	$(PY) -m ruff check .
+
+# Deliberate breaks of the code (tools/mutants.toml), each applied to a temporary copy of the
+# repository and run against the tests that must catch it; fails if one survives or an entry is
+# stale. Minutes (one pytest run per break), so not part of `make test`; MUTANTS_ARGS="--only ID".
+MUTANTS_ARGS ?=
+mutants: venv
+	$(PY) tools/mutants.py $(MUTANTS_ARGS)
 
 setup: system venv
 
