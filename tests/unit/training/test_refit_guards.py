@@ -174,28 +174,47 @@ def test_refit_probe_stops_a_refit_the_engine_did_not_load(monkeypatch):
         update_phase.refit(engine, actor)
 
 
-@pytest.mark.parametrize("early", [False, True], ids=["logprobs-after-pruning", "logprobs-before-pruning"])
-def test_a_stale_step_stops_before_its_update(monkeypatch, early):
+@pytest.mark.parametrize(
+    ("early", "old_log_probs"), [(False, "recompute"), (False, "auto"), (True, "auto")],
+    ids=["logprobs-after-pruning", "on-policy-first-update", "logprobs-before-pruning"],
+)
+def test_a_stale_step_stops_before_its_update(monkeypatch, early, old_log_probs):
     """catches: ``train_step`` not reading the step's measured mismatch (the
     ``check_rollout_mismatch`` call after the old/ref log-probs in ``fastrl/training/step.py``,
-    in either order of the phases): rollouts of a stale engine would be trained on."""
+    in either order of the phases, or the guard it hands to ``update_policy`` for the on-policy
+    first update, which measures the mismatch from its own forward pass): rollouts of a stale
+    engine would be trained on."""
+    from fastrl.training.geometry import UpdatePlan
+
     calls: list[str] = []
-    batch = types.SimpleNamespace(lengths=[], with_tensors=lambda **k: batch)
+    batch = types.SimpleNamespace(lengths=[5], with_tensors=lambda **k: batch, select=lambda order: batch)
     advantaged = type("Advantaged", (list,), {"advantages": torch.zeros(0)})()  # no rows
     scored: list = []  # the rollouts' stand-in: only its length is read
+    stale = {"mismatch/abs_diff_mean": 0.3}
+
+    def update_policy(*a, guard=None, on_policy_rows=0, **k):
+        if on_policy_rows:  # the first update measured the mismatch: the guard decides before its step
+            guard(stale)
+        calls.append("update")
+        return {}
+
     for name, fn in {
         "group_size": lambda cfg, ars: 2, "prompts_this_step": lambda rollout, n: 1, "_check_epochs": lambda *a: {},
         "generate": lambda *a, **k: None, "score": lambda *a, **k: (scored, {}), "dynamic_sampling": lambda s, **k: (s, {}),
         "sleep_engine": lambda engine: None, "compute_advantages": lambda s, alg, **k: (advantaged, {}),
         "to_policy_batch": lambda *a, **k: batch, "prune": lambda *a, **k: (None, {}),
         "repartition_kept": lambda b, o: (b, {}),
-        "add_log_probs": lambda b, *a, **k: calls.append("log_probs") or (b, {"mismatch/abs_diff_mean": 0.3}),
-        "update_policy": lambda *a, **k: calls.append("update") or {},
+        "plan_update": lambda *a, **k: UpdatePlan(row_order=(0,), update_rows=(1,), micro_batches=(None,), passes=1, lr_positions=(1,)),
+        "add_log_probs": lambda b, *a, old_from=0, **k: calls.append("log_probs") or (b, {} if old_from else stale),
+        "update_policy": update_policy,
     }.items():
         monkeypatch.setattr(step_module, name, fn)
     cfg = get_recipe("easyvqa_tiny_fastrl_grpo_cpu")
-    cfg = dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, logprobs_before_pruning=early))
+    cfg = dataclasses.replace(
+        cfg, trainer=dataclasses.replace(cfg.trainer, logprobs_before_pruning=early, old_log_probs=old_log_probs)
+    )
     assert cfg.logprobs_before_pruning is early and cfg.mismatch_tolerance == 1e-4
+    assert cfg.on_policy_first_update is (old_log_probs == "auto" and not early)
     prompts = PromptBatch([], epochs_completed=0)
     run = types.SimpleNamespace(
         cfg=cfg, ctx=types.SimpleNamespace(dp_size=1, dp_rank=0, is_logging_rank=True, device=torch.device("cpu")),
