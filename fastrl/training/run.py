@@ -58,12 +58,15 @@ def run(config: RunConfig) -> int:
 
     export_launch_env()
     _setup_logging(int(os.environ.get("RANK", "0")), log_file(config))
+    from fastrl.training.run_data import load_run_data
+
+    data = load_run_data(config)  # data-file errors first: before the heavy imports and the model build
     from fastrl.training.trainer import Trainer, set_torch_threads
 
     start = time.time()
     set_torch_threads(config)
     with distributed_session(config.parallel, seed=config.trainer.seed, wait_timeout_s=source_wait_timeout_s(config)) as ctx:
-        trainer = Trainer(config, ctx)
+        trainer = Trainer(config, ctx, data=data)
         try:
             summary = trainer.fit()
         finally:

@@ -24,6 +24,7 @@ from fastrl.distributed.parallel_state import ParallelContext
 from fastrl.training.parts import RunParts, build_parts, total_steps
 from fastrl.training.prompt_skip import build_prompt_skipper
 from fastrl.training.reward_health import RewardHealth
+from fastrl.training.run_data import RunData
 
 
 class Trainer:
@@ -44,14 +45,16 @@ class Trainer:
     :meth:`fit` before its first step instead of killing the process) until :meth:`fit` returns.
     """
 
-    def __init__(self, config: RunConfig, ctx: ParallelContext, *, run_dir: str | Path | None = None) -> None:
+    def __init__(
+        self, config: RunConfig, ctx: ParallelContext, *, run_dir: str | Path | None = None, data: RunData | None = None,
+    ) -> None:
         self.cfg = config
         self.ctx = ctx
         self.run_dir = Path(run_dir or config.run_dir)
         config.check_layout(ctx.world_size)
         self.stop = StopRequest((config.stage.exit_signal, "TERM")).install()
         try:
-            self.parts: RunParts = build_parts(config, ctx, self.run_dir)
+            self.parts: RunParts = build_parts(config, ctx, self.run_dir, data)
         except BaseException:
             self.stop.uninstall()
             raise
