@@ -193,11 +193,15 @@ def load_policy(
                 f"pass --hf with the Hugging Face directory the checkpoint was made from"
             )
         use_weight_names(policy, names)
-    from torch.distributed.checkpoint import CheckpointException
-
     try:
         load_model_weights(policy.chunks, checkpoint.path / ACTOR_DIR)
-    except CheckpointException as err:  # a BaseException: a model the checkpoint does not hold
+    except (KeyboardInterrupt, SystemExit, GeneratorExit):
+        raise
+    except BaseException as err:
+        if isinstance(err, Exception):  # CheckpointError and the like: already one line naming the file
+            raise
+        # torch.distributed.checkpoint's CheckpointException derives from BaseException (past the
+        # loader's ``except Exception``): here, the model built from the template is not the one saved
         raise ConversionError(
             f"cannot load {checkpoint.path / ACTOR_DIR} into the model {template}/config.json describes "
             f"({config.get('model_type')}): {checkpoint_failure(err)}. The checkpoint holds another model or "
