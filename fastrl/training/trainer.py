@@ -21,6 +21,7 @@ from fastrl.checkpoint.train_state import TrainState
 from fastrl.config import RunConfig
 from fastrl.data import ResumableSampler
 from fastrl.distributed.parallel_state import ParallelContext
+from fastrl.training.eval_plan import log_evaluation_plan
 from fastrl.training.parts import RunParts, build_parts, total_steps
 from fastrl.training.prompt_skip import build_prompt_skipper
 from fastrl.training.reward_health import RewardHealth
@@ -69,6 +70,9 @@ class Trainer:
             reward_health=RewardHealth(config.reward),
             prompt_skipper=build_prompt_skipper(config),
         )
+        if ctx.is_logging_rank:  # before any evaluation: how much of the run it will take
+            log_evaluation_plan(config, steps=self.state.total_steps, val_questions=len(self.parts.val),
+                                test_questions=len(self.parts.test))
 
     def fit(self) -> dict[str, Any]:
         """Train until the run (or this Slurm stage) ends; returns a summary."""
