@@ -54,6 +54,9 @@ def run(config: RunConfig) -> int:
     Exit code 0: finished, the stage budget was reached, or a stop signal was honoured after a
     save. Errors propagate (non-zero exit), so a chained Slurm run stops.
     """
+    from fastrl.compat.upstream_warnings import filter_benign_upstream_warnings
+
+    filter_benign_upstream_warnings()  # before the upstream imports that issue them
     from fastrl.distributed.session import distributed_session, export_launch_env
 
     export_launch_env()
