@@ -28,6 +28,11 @@ Index: patch -- upstream it was written for -- behaviour worked around -- where 
 - ``bridge_export.use_weight_names`` -- megatron-bridge 0.3.1 -- export reads weight names from the
   source directory's files (``FileNotFoundError`` without them) -- every export of an imported
   checkpoint, CPU and GPU.
+- ``upstream_warnings.filter_benign_upstream_warnings`` -- megatron-core 0.16.1, megatron-bridge
+  0.3.1, transformers 4.57, torch 2.13 -- about 30 known-benign upstream warning lines (fallbacks for
+  the absent Transformer Engine / Apex, deprecations inside upstream calls) burying the trainer's
+  own -- filtered by issuing module and message (the list and each reason in the module), never a
+  FastRL warning; the trainer's start-up (``fastrl.training.run.run``), CPU and GPU.
 
 Entry points (importing this package imports neither torch nor megatron):
 

@@ -82,7 +82,8 @@ class RolloutConfig:
     )
     engine_restart_retries: int = doc(
         0, "vLLM process: engine restarts one generate call may use after the engine died or hung "
-        "(the current weights are replayed).",
+        "(the current weights are replayed); >= 1 also restarts an engine that dies during a refit "
+        "(once, the refit's weights replayed).",
     )
     engine_kv_cache_mb: int = doc(256, "vLLM process on CPU: KV-cache size in MiB (GPU: gpu_memory_utilization).")
     engine_threads: int = doc(0, "vLLM process on CPU: OMP threads of the engine (0: trainer.torch_threads).")

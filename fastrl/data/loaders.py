@@ -229,6 +229,7 @@ def _load(
                     logger.warning("skipping bad row: %s", result.message())
                 continue
             seen_ids.add(result.question_id)
+            report.origins[result.question_id] = (str(file), row_index)
             records.append(result)
             if limit is not None and len(records) >= limit:
                 break

@@ -98,6 +98,10 @@ def prompt_renderer(template: str | Path) -> Callable[[Record], str]:
     return render
 
 
+#: Dropped rows :func:`filter_records_by_length` names in its warning (the rest are counted).
+NAMED_DROPS = 5
+
+
 def filter_long_prompts(
     records: Sequence[Record],
     template: str | Path,
@@ -130,8 +134,10 @@ def filter_records_by_length(
     """Records with ``length_of(record) <= max_length`` (the prompt's tokens, image tokens included,
     as the trainer computes them: :func:`fastrl.training.prompting.prompt_length`).
 
-    The number filtered is logged (with ``what``, e.g. the split) and, when ``report`` is given,
-    added to ``report.prompts_filtered_too_long`` (metric ``data/prompts_filtered_too_long``) with
+    The number filtered is logged (with ``what``, e.g. the split) with the first
+    :data:`NAMED_DROPS` dropped rows, each by file and row (``report.origins``; else by question
+    id) and its token count, and, when ``report`` is given, added to
+    ``report.prompts_filtered_too_long`` (metric ``data/prompts_filtered_too_long``) with
     ``report.rows_kept`` updated.
 
     Raises:
@@ -139,14 +145,23 @@ def filter_records_by_length(
     """
     if max_length < 1:
         raise ValueError(f"max_length ({max_length}) must be >= 1")
-    kept = [r for r in records if length_of(r) <= max_length]
-    filtered = len(records) - len(kept)
+    kept, dropped = [], []
+    for r in records:
+        n = length_of(r)
+        if n <= max_length:
+            kept.append(r)
+        else:
+            dropped.append((r, n))
+    filtered = len(dropped)
     if report is not None:
         report.prompts_filtered_too_long += filtered
         report.rows_kept = len(kept)
     if filtered:
+        where = report.where if report is not None else (lambda qid: f"question id {qid}")
+        named = "; ".join(f"{where(r.question_id)}: {n} tokens" for r, n in dropped[:NAMED_DROPS])
+        more = f"; and {filtered - NAMED_DROPS} more" if filtered > NAMED_DROPS else ""
         logger.warning(
-            "filtered %d of %d prompt(s) longer than %d tokens%s", filtered, len(records), max_length,
-            f" ({what})" if what else "",
+            "filtered %d of %d prompt(s) longer than %d tokens%s: %s%s", filtered, len(records), max_length,
+            f" ({what})" if what else "", named, more,
         )
     return kept

@@ -80,6 +80,8 @@ class LoadReport:
 
     ``rows_kept`` counts the records left after skipping bad rows and, once
     :func:`fastrl.data.prompts.filter_long_prompts` ran with this report, after filtering long prompts.
+    ``origins`` maps each loaded record's question id to its file and 0-based row (what a later
+    filter names when it drops the record).
     """
 
     source: str
@@ -88,6 +90,16 @@ class LoadReport:
     rows_kept: int = 0
     bad_rows: list[BadRow] = field(default_factory=list)
     prompts_filtered_too_long: int = 0
+    origins: dict[int, tuple[str, int]] = field(default_factory=dict, repr=False)
+
+    def where(self, question_id: int) -> str:
+        """``"<file> row <row>"`` (jsonl: also ``(line <row + 1>)``) of a loaded record, or
+        ``"question id <id>"`` when the report does not know it."""
+        origin = self.origins.get(question_id)
+        if origin is None:
+            return f"question id {question_id}"
+        path, row = origin
+        return f"{path} row {row}" + (f" (line {row + 1})" if path.endswith(".jsonl") else "")
 
     @property
     def rows_skipped(self) -> int:

@@ -172,7 +172,8 @@ def load_policy(
         A frozen :class:`~fastrl.models.provider.MegatronPolicy`.
 
     Raises:
-        CheckpointError: the actor cannot be read (corrupted file, other model or sizes).
+        CheckpointError: the actor cannot be read (corrupted file, other model or sizes);
+            :class:`ConversionError` when the template describes another model than the checkpoint holds.
     """
     from fastrl.config import ModelConfig
     from fastrl.models.provider import build_policy
@@ -192,8 +193,32 @@ def load_policy(
                 f"pass --hf with the Hugging Face directory the checkpoint was made from"
             )
         use_weight_names(policy, names)
-    load_model_weights(policy.chunks, checkpoint.path / ACTOR_DIR)
+    try:
+        load_model_weights(policy.chunks, checkpoint.path / ACTOR_DIR)
+    except (KeyboardInterrupt, SystemExit, GeneratorExit):
+        raise
+    except BaseException as err:
+        if isinstance(err, Exception):  # CheckpointError and the like: already one line naming the file
+            raise
+        # torch.distributed.checkpoint's CheckpointException derives from BaseException (past the
+        # loader's ``except Exception``): here, the model built from the template is not the one saved
+        raise ConversionError(
+            f"cannot load {checkpoint.path / ACTOR_DIR} into the model {template}/config.json describes "
+            f"({config.get('model_type')}): {checkpoint_failure(err)}. The checkpoint holds another model or "
+            f"model size; pass --hf with the Hugging Face directory the run started from"
+        ) from None
     return policy
+
+
+def checkpoint_failure(err: BaseException, chars: int = 200) -> str:
+    """The first rank's exception of a ``torch.distributed.checkpoint`` ``CheckpointException``
+    (``"KeyError: 'visual.patch_embed...'"``, at most ``chars`` characters), else ``str(err)``'s first line."""
+    failures = getattr(err, "failures", None) or {}
+    for _rank, (exc, _trace) in sorted(failures.items()):
+        text = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        return text if len(text) <= chars else text[: chars - 3] + "..."
+    lines = str(err).strip().splitlines()
+    return lines[0][:chars] if lines else type(err).__name__
 
 
 def hf_weights(policy, config: dict[str, Any], *, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:

@@ -23,6 +23,9 @@ WEIGHT_INDEX_SUFFIXES = (".safetensors.index.json", ".bin.index.json")
 SKIPPED_FILES = ("fastrl_tiny_model.json", "fastrl_import.json", "fastrl_export.json", COMPLETE_MARKER)
 #: Sub-directories of a model directory copied with it (the tiny model's tokenizer-only copy).
 COPIED_SUBDIRS = ("tokenizer",)
+#: ``model.architecture`` values of ``model.source='tiny'`` runs that :func:`model_template_dir`
+#: rebuilds (the same set ``ModelConfig`` accepts for the tiny source).
+TINY_ARCHITECTURES = ("qwen2_5_vl", "qwen2")
 
 DType = Literal["auto", "float32", "bfloat16"]
 _TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -121,11 +124,16 @@ def model_template_dir(checkpoint: ResolvedCheckpoint, *, hf: str | os.PathLike 
 
     ``hf`` when given; else the ``hf/`` copy of an imported checkpoint; else, for a trainer
     checkpoint, from the run's config in ``train_state.pt``: ``model.hf_path`` (``model.source='hf'``),
-    the ``hf/`` of ``model.megatron_checkpoint``, or the tiny model rebuilt from its ``model.tiny_*``
-    settings into ``scratch`` (deterministic: same config and tokenizer).
+    the ``hf/`` of ``model.megatron_checkpoint``, or the tiny model of ``model.source='tiny'`` rebuilt
+    into ``scratch`` from its ``model.tiny_*`` settings, in the run's ``model.architecture``
+    (deterministic: the same config and tokenizer as the run's): ``qwen2_5_vl``, the tiny
+    Qwen2.5-VL (:func:`~fastrl.models.tiny.build_tiny_hf_model_dir`); ``qwen2``, its language model
+    alone (:func:`~fastrl.models.tiny.build_tiny_text_model_dir`, as
+    :func:`fastrl.training.policy_source.prepare_policy_dir` builds it).
 
     Raises:
-        CheckpointError / ConversionError: nothing describes the model.
+        CheckpointError / ConversionError: nothing describes the model, or a tiny model of an
+            architecture that cannot be rebuilt (one line saying to pass ``--hf``).
     """
     if hf is not None:
         read_hf_config(hf)
@@ -146,19 +154,39 @@ def model_template_dir(checkpoint: ResolvedCheckpoint, *, hf: str | os.PathLike 
     if model.get("megatron_checkpoint"):
         return Path(model["megatron_checkpoint"]) / HF_FILES_DIR
     if model.get("source") == "tiny":
-        from fastrl.config import DataConfig, ModelConfig
-        from fastrl.models.tiny import build_tiny_hf_model_dir
-
-        fields = {k: v for k, v in model.items() if k in ModelConfig.__dataclass_fields__}
-        data = config.get("data") or {}
-        defaults = DataConfig()
-        return build_tiny_hf_model_dir(
-            scratch / "tiny-model",
-            ModelConfig(**fields),
-            min_pixels=data.get("min_pixels", defaults.min_pixels),
-            max_pixels=data.get("max_pixels", defaults.max_pixels),
-        )
+        return _rebuild_tiny_model(checkpoint, model, config.get("data") or {}, scratch)
     raise ConversionError(
         f"checkpoint {checkpoint.path}: its run config does not say which model it holds; pass --hf "
         f"with the Hugging Face directory the run started from"
+    )
+
+
+def _rebuild_tiny_model(checkpoint: ResolvedCheckpoint, model: dict[str, Any], data: dict[str, Any], scratch: Path) -> Path:
+    """The tiny model of a run's ``model`` / ``data`` config sections (dicts), rebuilt into ``scratch``
+    in the run's ``model.architecture`` (:func:`model_template_dir`)."""
+    from fastrl.config import ConfigError, DataConfig, ModelConfig
+    from fastrl.models.tiny import build_tiny_hf_model_dir, build_tiny_text_model_dir
+
+    architecture = model.get("architecture", "qwen2_5_vl")  # checkpoints older than the field: the tiny VL model
+    if architecture not in TINY_ARCHITECTURES:
+        raise ConversionError(
+            f"checkpoint {checkpoint.path}: its run trained a tiny model with model.architecture={architecture!r}, "
+            f"which cannot be rebuilt here (tiny models: {', '.join(TINY_ARCHITECTURES)}); pass --hf with the "
+            f"Hugging Face directory the run started from"
+        )
+    try:
+        settings = ModelConfig(**{k: v for k, v in model.items() if k in ModelConfig.__dataclass_fields__})
+    except (ConfigError, TypeError, ValueError) as err:
+        raise ConversionError(
+            f"checkpoint {checkpoint.path}: its run's model config cannot be rebuilt ({err}); pass --hf with the "
+            f"Hugging Face directory the run started from"
+        ) from None
+    if architecture == "qwen2":  # the tiny model's language model alone (the vLLM-on-CPU text recipes)
+        return build_tiny_text_model_dir(scratch / "tiny-text-model", settings)
+    defaults = DataConfig()
+    return build_tiny_hf_model_dir(
+        scratch / "tiny-model",
+        settings,
+        min_pixels=data.get("min_pixels", defaults.min_pixels),
+        max_pixels=data.get("max_pixels", defaults.max_pixels),
     )

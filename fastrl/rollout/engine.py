@@ -262,6 +262,10 @@ class VerifiableEngine(RolloutEngine, Protocol):
         """Per parameter group, the sum of squares of the weights the engine holds."""
         ...
 
+    def loaded_weight_version(self) -> int:
+        """The refits the engine itself has loaded (``weight_version`` counts those sent to it)."""
+        ...
+
 
 def normalize_group_sizes(num_prompts: int, n_per_prompt: int | Sequence[int]) -> list[int]:
     """``n_per_prompt`` as one group size per prompt.

@@ -17,7 +17,8 @@ Failure handling:
   exit status and the error its log names (stdout + stderr, kept in a file;
   :func:`fastrl.rollout.engine_log.error_excerpt`). ``restart_retries`` lets one
   :meth:`generate` call restart the engine (the current weights are replayed from the refit's
-  shared-memory buckets) and retry.
+  shared-memory buckets) and retry; an engine that dies during a refit is restarted once the
+  refit's buckets are written, and replays them (:meth:`_transfer`).
 * the child dies with the trainer: ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` and a parent-pid watchdog
   in the child; :meth:`shutdown` (also at interpreter exit) kills its process group.
 
@@ -139,7 +140,8 @@ class EngineProcessClient:
             are never sampled).
         timeout_s: longest wait for any reply after start-up.
         startup_timeout_s: longest wait for the engine to start (vLLM import and model load).
-        restart_retries: engine restarts one :meth:`generate` call may use.
+        restart_retries: engine restarts one :meth:`generate` call may use; with >= 1 a refit
+            during which the engine dies restarts it once and replays the refit (:meth:`_transfer`).
         bucket_bytes: refit bucket size.
         skip_after_first: names that never change after the first refit (frozen vision tower).
         name: the engine's name in messages.
@@ -230,6 +232,7 @@ class EngineProcessClient:
         self.proc: subprocess.Popen | None = None
         self.sock: socket.socket | None = None
         self._closed = False
+        self._log_start = 0  # byte offset of the log after which a death's cause is looked for (_start)
         try:
             self._start()
         except BaseException:
@@ -252,6 +255,8 @@ class EngineProcessClient:
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
         env.update(self._env)
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        env.setdefault("PYTHONUNBUFFERED", "1")  # the log holds every line written before the start-up reply
+        self._log_start = self._log_size()  # this start's lines only (a restart appends to the same log)
         log = open(self.log_path, "ab")
         try:
             self.proc = subprocess.Popen(
@@ -282,12 +287,20 @@ class EngineProcessClient:
                 + ("" if kind in ("environment", "architecture") else f"; log tail: {self._log_tail()}")
             )
         self.info = ready
+        self._log_start = self._log_size()  # what it logged while starting did not stop it (engine_log)
         logger.info("%s: pid %s, vLLM %s, %s", self.name, ready["pid"], ready["vllm_version"], self.python)
 
+    def _log_size(self) -> int:
+        try:
+            return self.log_path.stat().st_size
+        except OSError:
+            return 0
+
     def _log_tail(self, chars: int = 600) -> str:
-        """The cause of the engine's death as its log tells it (:func:`fastrl.rollout.engine_log.error_excerpt`)."""
+        """The cause of the engine's death as its log tells it after its start-up (or, for a failed
+        start, since it was started; :func:`fastrl.rollout.engine_log.log_error_excerpt`)."""
         where = "" if self.log_path.parent == self._workdir else f" (whole log: {self.log_path})"
-        return log_error_excerpt(self.log_path, chars) + where
+        return log_error_excerpt(self.log_path, chars, start=self._log_start) + where
 
     def _kill(self) -> None:
         proc = self.proc
@@ -353,13 +366,16 @@ class EngineProcessClient:
             raise EngineError(f"{self.name}: {request['op']} failed: {reply.get('error')}")
         return reply
 
-    def restart(self) -> None:
-        """Kill and start the engine again, then replay the current weights (refit buckets).
+    def restart(self, version: int | None = None) -> None:
+        """Kill and start the engine again, then replay the current weights (refit buckets) and
+        give the engine their weight version (``version``, default :attr:`weight_version`; a
+        refit interrupted by the engine's death passes its own, its buckets being written).
 
         Raises:
             EngineError: the CUDA IPC transport after a refit (it keeps no copy of the weights).
         """
-        if not self.transport.replayable and self.weight_version > 0:
+        version = self.weight_version if version is None else int(version)
+        if not self.transport.replayable and version > 0:
             raise EngineError(f"{self.name}: cannot restart: the CUDA IPC refit keeps no copy of the current weights")
         self._kill()
         self._start()
@@ -367,11 +383,16 @@ class EngineProcessClient:
         for request in replay:
             self._call(request)
         if replay:
-            self._call({"op": "set_weight_version", "version": self.weight_version})
+            self._call({"op": "set_weight_version", "version": version})
 
     def health(self) -> dict:
-        """The engine's pid (raises :class:`EngineError` when it is dead or hung)."""
+        """The engine's pid and loaded weight version (raises :class:`EngineError` when it is dead or hung)."""
         return self._call({"op": "health"})
+
+    def loaded_weight_version(self) -> int:
+        """The weight version the engine process says it has loaded (its ``set_weight_version``
+        count; :attr:`weight_version` is what this client sent)."""
+        return int(self.health()["weight_version"])
 
     def shutdown(self) -> None:
         """Stop the engine (asks politely, then kills its process group) and remove the refit files."""
@@ -523,14 +544,46 @@ class EngineProcessClient:
 
     def _transfer(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> tuple[int, int]:
         """Send every bucket, wait until each was loaded, then tell the engine its new weight
-        version. Returns ``(tensors, bytes)`` sent."""
+        version. Returns ``(tensors, bytes)`` sent.
 
-        def request(req: dict) -> str:
-            self._send(req)
+        An engine that dies or hangs during the refit (:class:`EngineError`), with
+        ``restart_retries >= 1`` and a replayable transport (shared memory): the rest of the weight
+        stream is still consumed and written into the bucket files (the export is collective: every
+        rank reads it to its end), then the engine is restarted and the files -- now this refit's
+        weights -- replayed, as :meth:`generate`'s restart does, and the engine is given this
+        refit's version. Otherwise the error is raised."""
+        version = self.weight_version + 1
+        failed: list[EngineError] = []
+
+        def request(req: dict) -> str | None:
+            if failed:
+                return None  # the engine is gone: the transport only writes its files
+            try:
+                self._send(req)
+            except EngineError as err:
+                failed.append(err)
+                return None
             return req["op"]
 
-        count, nbytes = self.transport.send(named_tensors, request=request, wait=self._wait_ok)
-        self._call({"op": "set_weight_version", "version": self.weight_version + 1})  # every bucket loaded
+        def wait(op: str | None) -> None:
+            if op is None or failed:
+                return
+            try:
+                self._wait_ok(op)
+            except EngineError as err:
+                failed.append(err)
+
+        count, nbytes = self.transport.send(named_tensors, request=request, wait=wait)
+        if not failed:
+            try:
+                self._call({"op": "set_weight_version", "version": version})  # every bucket loaded
+            except EngineError as err:
+                failed.append(err)
+        if failed:
+            if self.restart_retries < 1 or self._closed or not self.transport.replayable:
+                raise failed[0]
+            logger.warning("%s; restarting the engine and replaying refit %d", failed[0], version)
+            self.restart(version=version)
         return count, nbytes
 
     @property

@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING
 import torch
 
 from fastrl.config import RunConfig
-from fastrl.data import Record, load_test, load_train_val
+from fastrl.data import Record
 from fastrl.distributed.parallel_state import ParallelContext
 from fastrl.training.geometry import updates_per_step_estimate
 from fastrl.training.prompting import PromptSource
+from fastrl.training.run_data import RunData, load_run_data
 from fastrl.training.timers import PhaseTimer
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -87,8 +88,10 @@ def _check_memory(cfg: RunConfig, ctx: ParallelContext, policy_dir: Path) -> Non
         logging.getLogger("fastrl.memory").info("%s", plan.format() if plan else f"memory plan: no counts in {policy_dir}")
 
 
-def build_parts(cfg: RunConfig, ctx: ParallelContext, run_dir: Path) -> RunParts:
-    """Build every component of the run (collective)."""
+def build_parts(cfg: RunConfig, ctx: ParallelContext, run_dir: Path, data: RunData | None = None) -> RunParts:
+    """Build every component of the run (collective). ``data``: the run's splits as
+    :func:`~fastrl.training.run_data.load_run_data` loaded them before the process group started
+    (None: loaded here)."""
     from fastrl.models.provider import build_policy
     from fastrl.rewards import RewardScorer
     from fastrl.training.actor import Actor
@@ -98,15 +101,8 @@ def build_parts(cfg: RunConfig, ctx: ParallelContext, run_dir: Path) -> RunParts
 
     timer = PhaseTimer.for_device(ctx.device)
     d = cfg.data
-    train_split, val_split = load_train_val(
-        d.dataset, d.train_path, d.val_path, on_bad_row=d.on_bad_row, cache_dir=d.cache_dir,
-        max_train=d.max_train_samples, max_val=d.val_size,
-    )
-    test_split = (
-        load_test(d.dataset, d.test_path, size=d.test_size, others=(("training", train_split), ("validation", val_split)),
-                  on_bad_row=d.on_bad_row, cache_dir=d.cache_dir)
-        if d.test_size else None
-    )
+    data = load_run_data(cfg) if data is None else data
+    train_split, val_split, test_split = data.train, data.val, data.test
     train = list(train_split.records)
     policy_dir, start_metrics = prepare_policy_dir(cfg, rank=ctx.rank, train=train)
     _check_memory(cfg, ctx, policy_dir)
@@ -170,11 +166,14 @@ def _filter_long_prompts(
     test = (filter_long_prompts_at_load(test_split.records, test_split.report, what="test data", **common)
             if test_split is not None else [])
     if test_split is not None and len(test) < len(test_split.records):
+        kept_ids = {r.question_id for r in test}
+        dropped = [test_split.report.where(r.question_id) for r in test_split.records if r.question_id not in kept_ids]
         raise DataError(
-            f"{len(test_split.records) - len(test)} of the data.test_size={len(test_split.records)} held-out test "
+            f"{len(dropped)} of the data.test_size={len(test_split.records)} held-out test "
             f"questions are longer than rollout.max_prompt_length={cfg.rollout.max_prompt_length} tokens (image tokens "
-            "included): a test evaluation without them would be reported as if on the whole split. Raise "
-            "rollout.max_prompt_length, lower data.max_pixels, or remove them from the test file"
+            f"included; {', '.join(dropped[:5])}{', ...' if len(dropped) > 5 else ''}): a test evaluation without them "
+            "would be reported as if on the whole split. Raise rollout.max_prompt_length, lower data.max_pixels, or "
+            "remove them from the test file"
         )
     if not train:
         raise DataError(

@@ -9,6 +9,10 @@ between what the trainer sent and what the engine holds (per-group sums of squar
 reports what it loaded). Anchors: Megatron-LM ``--rl-verify-model-weights-swap``, slime
 ``--check-weight-update-equal``.
 
+Before the probe, the engine's own count of loaded refits is compared with the refits sent to it
+(:func:`check_loaded_version`): a refit that never reached the engine is named as such, instead of
+being compared by the probe against older weights and blamed on numerics or the name mapping.
+
 This check is independent of sampling and catches a stale engine even when it happens to sample
 alike. Two cheaper guards run at every step:
 
@@ -131,6 +135,25 @@ def largest_group_difference(sent: dict[str, float], held: dict[str, float]) -> 
     return worst, worst_diff
 
 
+def check_loaded_version(engine) -> None:
+    """The weight-version check of a refit verification: the engine's own count of loaded refits
+    (``loaded_weight_version()``) against the refits sent to it (``weight_version``).
+
+    Raises:
+        RefitVerificationError: the engine is behind, naming the first refit that did not reach it.
+    """
+    sent, loaded = int(engine.weight_version), int(engine.loaded_weight_version())
+    if loaded >= sent:
+        return
+    lost = f"refit {sent}" if loaded + 1 == sent else f"refits {loaded + 1} to {sent} (at least refit {loaded + 1})"
+    raise RefitVerificationError(
+        f"refit verification after refit {sent}: {lost} did not reach the engine: it holds weight version "
+        f"{loaded} (its last complete refit) while the trainer has sent {sent}. The probe was not run (its "
+        f"log-probs and weight sums would compare refit {sent} with older weights). Check the refit path "
+        f"(transport, engine log); docs/engine.md, 'Stale weights'"
+    )
+
+
 def verify_refit(
     engine, trainer_logprobs: Callable[[RefitProbe], list[torch.Tensor]], *, tolerance: float, probe: RefitProbe | None = None
 ) -> dict[str, float]:
@@ -147,8 +170,12 @@ def verify_refit(
         ``refit_verify/abs_diff_mean``, ``refit_verify/abs_diff_max``.
 
     Raises:
-        RefitVerificationError: mean difference above ``tolerance``.
+        RefitVerificationError: the engine has loaded fewer refits than were sent to it (checked
+            first, naming the first refit that did not reach it: comparing log-probs or weight sums
+            with an engine on older weights would blame the wrong refit), or the mean difference
+            is above ``tolerance``.
     """
+    check_loaded_version(engine)
     if probe is None:
         probe = make_probe(engine.tokenizer, engine.suppressed_ids)
     engine_lp = engine.score([s.tolist() for s in probe.sequences], probe.starts)

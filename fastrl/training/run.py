@@ -87,10 +87,16 @@ def run(config: RunConfig) -> int:
     :class:`~fastrl.checkpoint.run_lock.RunDirLocked` when another trainer holds the run directory
     (:func:`lock_run_dir`; the lock is held until the trainer is closed).
     """
+    from fastrl.compat.upstream_warnings import filter_benign_upstream_warnings
+
+    filter_benign_upstream_warnings()  # before the upstream imports that issue them
     from fastrl.distributed.session import distributed_session, export_launch_env
 
     export_launch_env()
     _setup_logging(int(os.environ.get("RANK", "0")), log_file(config))
+    from fastrl.training.run_data import load_run_data
+
+    data = load_run_data(config)  # data-file errors first: before the heavy imports and the model build
     from fastrl.training.trainer import Trainer, set_torch_threads
 
     start = time.time()
@@ -99,7 +105,7 @@ def run(config: RunConfig) -> int:
     try:
         with distributed_session(config.parallel, seed=config.trainer.seed, wait_timeout_s=source_wait_timeout_s(config)) as ctx:
             lock = lock_run_dir(config.run_dir, ctx.rank)
-            trainer = Trainer(config, ctx)
+            trainer = Trainer(config, ctx, data=data)
             try:
                 summary = trainer.fit()
             finally:

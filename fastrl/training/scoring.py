@@ -165,7 +165,9 @@ def compute_advantages(
     A group with a single valid rollout (every other member's grading failed, or a data source
     that gives every rollout its own group id) has nothing to be compared with: its advantage is 0
     and it teaches nothing. ``advantage/single_member_groups`` counts such groups over every DP
-    rank, and a warning names the step whenever there is one.
+    rank, and a warning names the step whenever there is one. ``advantage/zero_fraction`` is the
+    fraction of the step's rollouts (every DP rank) whose advantage is 0; when it is 1 (every
+    group's rewards equal) a warning names the step: its update has no policy-gradient term.
 
     Args:
         step: the training step (for the warning).
@@ -200,7 +202,24 @@ def compute_advantages(
             "teach nothing (advantage/single_member_groups); check that the rollouts of one prompt share a "
             "group id and that rollout.n >= 2, and the reward/num_invalid count", step, int(single),
         )
+    zero, total = _zero_advantage_counts(adv)
+    m["advantage/zero_fraction"] = zero / total if total else 0.0
+    if total and zero == total:
+        logger.warning(
+            "step %d: every rollout's advantage is 0 (each group's rewards are all equal; advantage/zero_fraction = 1): "
+            "the policy-gradient term of this step's update is 0 and its passes (old/reference log-probs, update, "
+            "refit) run for the KL and entropy terms alone. A policy that is never (or always) right gives this; "
+            "algorithm.max_dynamic_sampling_rounds (DAPO) draws more prompts until groups differ", step,
+        )
     return scored, m
+
+
+def _zero_advantage_counts(adv: torch.Tensor) -> tuple[float, float]:
+    """Rollouts whose advantage is exactly 0 (equal rewards in their group; a single valid member; an
+    invalid reward) and all rollouts, summed over every DP rank."""
+    local = torch.tensor([float((adv == 0).sum()), float(adv.numel())], dtype=torch.float64)
+    zero, total = collectives.all_reduce_sum_dp(local).tolist()
+    return zero, total
 
 
 def _single_member_groups(scored: ScoredRollouts) -> float:

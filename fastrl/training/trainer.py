@@ -21,9 +21,11 @@ from fastrl.checkpoint.train_state import TrainState
 from fastrl.config import RunConfig
 from fastrl.data import ResumableSampler
 from fastrl.distributed.parallel_state import ParallelContext
+from fastrl.training.eval_plan import log_evaluation_plan
 from fastrl.training.parts import RunParts, build_parts, total_steps
 from fastrl.training.prompt_skip import build_prompt_skipper
 from fastrl.training.reward_health import RewardHealth
+from fastrl.training.run_data import RunData
 
 
 class Trainer:
@@ -45,14 +47,16 @@ class Trainer:
     :meth:`fit` before its first step instead of killing the process) until :meth:`fit` returns.
     """
 
-    def __init__(self, config: RunConfig, ctx: ParallelContext, *, run_dir: str | Path | None = None) -> None:
+    def __init__(
+        self, config: RunConfig, ctx: ParallelContext, *, run_dir: str | Path | None = None, data: RunData | None = None,
+    ) -> None:
         self.cfg = config
         self.ctx = ctx
         self.run_dir = Path(run_dir or config.run_dir)
         config.check_layout(ctx.world_size)
         self.stop = StopRequest(trainer_signals(config.stage.exit_signal), notify=ctx.rank == 0).install()
         try:
-            self.parts: RunParts = build_parts(config, ctx, self.run_dir)
+            self.parts: RunParts = build_parts(config, ctx, self.run_dir, data)
         except BaseException:
             self.stop.uninstall()
             raise
@@ -67,6 +71,9 @@ class Trainer:
             reward_health=RewardHealth(config.reward),
             prompt_skipper=build_prompt_skipper(config),
         )
+        if ctx.is_logging_rank:  # before any evaluation: how much of the run it will take
+            log_evaluation_plan(config, steps=self.state.total_steps, val_questions=len(self.parts.val),
+                                test_questions=len(self.parts.test))
 
     def fit(self) -> dict[str, Any]:
         """Train until the run (or this Slurm stage) ends; returns a summary."""

@@ -123,3 +123,13 @@ def test_megatron_logits_match_hugging_face(imported: Path, tp: int, pp: int):
     assert any(line.startswith("model.embed_tokens.weight ") and "0.000e+00" in line for line in lines)
     assert not any(line.startswith("lm_head.weight") for line in lines)
     assert "OK" in lines[-1]
+
+
+def test_default_tolerance_passes_the_correct_conversion(imported: Path):
+    """Issue 45, item 6. catches: the fixed default --tol 1e-5 (validated on 2-layer tiny models),
+    which reported this conversion -- every tensor identical, logits 2.6e-5 to 7.9e-5 apart in
+    float32 over 30 layers -- as MISMATCH with exit status 1."""
+    proc = check(run_tool("verify_conversion", "--hf", MODEL, "--ckpt", imported, "--top", "1", timeout=600))
+    assert logit_diff(proc) > 1e-5  # the premise: the old default failed it
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith("verify_conversion: OK (all 272 tensors identical;") and "x 30 blocks" in last, last

@@ -41,6 +41,7 @@ def gpu_engine(monkeypatch, *, verify_every: int = 0, engine_tp: int = 1):
     client = EngineProcessClient.__new__(EngineProcessClient)
     client.name, client.weight_version, client.verify_every, client.verify_tolerance = "engine", 0, verify_every, 1.0
     client.refit_metrics, client.last_group_sums = {}, {}
+    client.restart_retries, client._closed = 0, False
     client.transport = refit_transport.make_transport(
         refit_transport.transport_for_device(torch.device("cuda", 0)), 1, consumers=engine_tp)
     replies: list = []

@@ -39,7 +39,8 @@ def test_an_engine_error_on_the_source_comes_after_the_forward_pass(monkeypatch)
         raise RuntimeError("engine died")
 
     monkeypatch.setattr(refit_verify, "make_probe", lambda *a: probe)
-    engine = types.SimpleNamespace(score=score, pad_token_id=0, verify_tolerance=1.0, tokenizer=None, suppressed_ids=[])
+    engine = types.SimpleNamespace(score=score, pad_token_id=0, verify_tolerance=1.0, tokenizer=None, suppressed_ids=[],
+                               weight_version=1, loaded_weight_version=lambda: 1)
     with pytest.raises(RuntimeError, match="engine died"):
         update_phase._verify(engine, actor=None)
     assert order == [("broadcast", "RefitProbe"), ("forward",), ("engine.score",), ("broadcast", "RuntimeError")]

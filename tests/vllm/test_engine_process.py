@@ -87,6 +87,18 @@ def _lose_refits(client, monkeypatch) -> None:
     monkeypatch.setattr(client, "_transfer", lambda named_tensors: (sum(1 for _ in named_tensors), 0))
 
 
+def _drop_refits(client, monkeypatch) -> None:
+    """Test double of a refit whose weights are dropped on the way: the stream is consumed (and its
+    group sums recorded), no bucket is sent, but the engine is told the new weight version."""
+
+    def drop(named_tensors):
+        count = sum(1 for _ in named_tensors)
+        client._call({"op": "set_weight_version", "version": client.weight_version + 1})
+        return count, 0
+
+    monkeypatch.setattr(client, "_transfer", drop)
+
+
 def test_generate_refit_and_verify(setup, monkeypatch):
     c, model = setup["client"], setup["model"]
     out = c.generate(setup["prompts"], [2, 0, 3, 1], SAMPLE)
@@ -117,11 +129,12 @@ def test_generate_refit_and_verify(setup, monkeypatch):
         assert (a - b).abs().max().item() <= 1e-4
     verify_refit(c, _hf_probe(perturbed_model), tolerance=1e-4)
 
-    # (d) a refit that never reaches the engine leaves it stale: the verification names the group
+    # (d) a refit that never reaches the engine leaves it stale: the verification names the lost
+    # refit from the engine's own weight version, before any probe (issue 45, item 7)
     with monkeypatch.context() as lost:
         _lose_refits(c, lost)
         c.update_weights(setup["weights"].items())
-        with pytest.raises(RefitVerificationError, match=r"largest mismatching parameter group: (lm_head|model\.layers\.1)"):
+        with pytest.raises(RefitVerificationError, match=r"after refit 3: refit 3 did not reach the engine: it holds weight version 2"):
             verify_refit(c, _hf_probe(model), tolerance=1e-3)
         # ... and the engine process refuses a generate request carrying the trainer's version (issue 33,
         # item 3; catches the build where the request carries no version or the engine does not check
@@ -134,6 +147,14 @@ def test_generate_refit_and_verify(setup, monkeypatch):
     c.update_weights(setup["weights"].items())
     verify_refit(c, _hf_probe(model), tolerance=1e-4)
     c.generate(setup["prompts"], 1, GREEDY, weight_version=c.weight_version)
+    # weights dropped on the way, the version delivered: the probe runs and names the group
+    with monkeypatch.context() as dropped:
+        _drop_refits(c, dropped)
+        c.update_weights(setup["perturbed"].items())
+        with pytest.raises(RefitVerificationError, match=r"largest mismatching parameter group: (lm_head|model\.layers\.1)"):
+            verify_refit(c, _hf_probe(perturbed_model), tolerance=1e-3)
+    c.update_weights(setup["weights"].items())
+    verify_refit(c, _hf_probe(model), tolerance=1e-4)
 
 
 def test_sampling_tokenization_and_stop_tokens(setup):

@@ -62,3 +62,37 @@ def test_work_dirs_of_dead_trainers_are_removed(tmp_path):
         unowned.mkdir()
         assert remove_stale_dirs(tmp_path, prefix) == [dead]
         assert not dead.exists() and alive.exists() and other_host.exists() and unowned.exists()
+
+
+#: The start of a healthy tiny engine's log (vLLM 0.32 on CPU; abridged): two ERROR lines it recovers from.
+_PARSE = "Error parsing config for /m/tokenizer: Unrecognized model in /m/tokenizer. Should have a `model_type` key in its config.json."
+VLLM_START_UP = (
+    "(MainProcess pid=26692) INFO 12-07 08:29:54 [model.py:733] Resolved architecture: Qwen2ForCausalLM\n"
+    f"(MainProcess pid=26692) ERROR 12-07 08:29:54 [repo_utils.py:126] {_PARSE}, retrying 1 of 2\n"
+    f"(MainProcess pid=26692) ERROR 12-07 08:29:56 [repo_utils.py:124] {_PARSE}\n"
+    "(MainProcess pid=26692) INFO 12-07 08:30:03 [core.py:402] init engine (profile, create kv cache, warmup model) took 0.14 s\n"
+)
+AFTER_READY = ("(MainProcess pid=26692) WARNING 12-07 08:30:05 [cpu_worker.py:140] CPU backend doesn't allow to use "
+               "`torch.set_num_threads` after the thread binding, skip it.\n")
+
+
+def test_benign_vllm_error_lines_are_not_quoted_as_the_cause():
+    """Issue 45, item 7. catches: vLLM's recovered tokenizer-config ERROR lines quoted as a killed
+    engine's cause ("error lines: ... [repo_utils.py:126] Error parsing config ...")."""
+    excerpt = error_excerpt(VLLM_START_UP + AFTER_READY)
+    assert excerpt.startswith("last lines (none names an error): ") and "Error parsing config" not in excerpt
+    real = VLLM_START_UP + "(MainProcess pid=26692) ERROR 12-07 08:31:00 [core.py:9] EngineCore encountered a fatal error\n"
+    assert error_excerpt(real) == "error lines: (MainProcess pid=26692) ERROR 12-07 08:31:00 [core.py:9] EngineCore encountered a fatal error"
+
+
+def test_lines_before_the_engine_was_ready_are_not_the_cause_of_a_later_death(tmp_path):
+    """Issue 45, item 7. catches: the excerpt of an engine killed after start-up (SIGKILL: nothing of
+    its own in the log) reading its start-up lines, whose errors did not stop it from starting."""
+    log = tmp_path / "engine.log"
+    log.write_text(VLLM_START_UP.replace("[repo_utils.py", "[other.py").replace("Error parsing", "Failure parsing"))
+    ready = log.stat().st_size
+    assert log_error_excerpt(log).startswith("error lines: ")  # without the offset: the start-up errors
+    assert log_error_excerpt(log, start=ready) == "<nothing logged since start-up>"
+    with open(log, "a") as fh:
+        fh.write(AFTER_READY + "Traceback (most recent call last):\n  f()\nRuntimeError: reload failed\n")
+    assert log_error_excerpt(log, start=ready) == "error: RuntimeError: reload failed"

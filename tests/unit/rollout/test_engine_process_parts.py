@@ -105,16 +105,21 @@ def test_broken_engine_environment_is_a_start_up_error(tmp_path):
 
 
 class _FakeEngine:
-    def __init__(self, engine_lp, held):
-        self.engine_lp, self.weight_version = engine_lp, 3
+    def __init__(self, engine_lp, held, loaded=3):
+        self.engine_lp, self.weight_version, self.loaded = engine_lp, 3, loaded
         self.last_group_sums = {"model.layers.0": 10.0, "lm_head": 5.0}
         self.held = held
+        self.scored = 0
 
     def score(self, sequences, starts):
+        self.scored += 1
         return self.engine_lp
 
     def group_sums(self):
         return self.held
+
+    def loaded_weight_version(self):
+        return self.loaded
 
 
 def test_verify_refit_passes_and_names_the_stale_group():
@@ -126,6 +131,24 @@ def test_verify_refit_passes_and_names_the_stale_group():
     with pytest.raises(RefitVerificationError, match="after refit 3.*largest mismatching parameter group: lm_head"):
         verify_refit(stale, lambda p: trainer, tolerance=1e-3, probe=probe)
     assert largest_group_difference({"a": 1.0, "b": 2.0}, {"a": 1.0}) == ("b", float("inf"))
+
+
+def test_verification_names_the_lost_refit_before_the_numerics_probe():
+    """Issue 45, item 7. The engine loaded refit 2 (its own count), the trainer sent 3: the weight
+    sums it was last sent match what it holds and the probe differs, which the probe alone blamed on
+    "the engine's numerics or weight-name mapping". catches: the probe run before (or without) the
+    engine's loaded-version check."""
+    probe = RefitProbe([torch.arange(6)], [2])
+    trainer = [torch.tensor([-1.0, -2.0, -3.0, -4.0])]
+    lost = _FakeEngine([trainer[0] + 0.1], {"model.layers.0": 10.0, "lm_head": 5.0}, loaded=2)
+    with pytest.raises(RefitVerificationError) as err:
+        verify_refit(lost, lambda p: trainer, tolerance=1e-3, probe=probe)
+    text = str(err.value)
+    assert text.startswith("refit verification after refit 3: refit 3 did not reach the engine: it holds weight version 2")
+    assert "numerics" not in text and lost.scored == 0  # the probe never ran against the older weights
+    lost.loaded = 0
+    with pytest.raises(RefitVerificationError, match=r"refits 1 to 3 \(at least refit 1\) did not reach the engine"):
+        verify_refit(lost, lambda p: trainer, tolerance=1e-3, probe=probe)
 
 
 def test_engine_config_fields_are_checked():

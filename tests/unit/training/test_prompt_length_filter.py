@@ -71,7 +71,7 @@ def test_long_prompts_are_filtered_at_load_and_counted(model_dir, caplog):
     assert val.report.prompts_filtered_too_long == 1
     assert [r.question_id for r in kept_test] == [2_000_000_000]
     # a held-out test question that does not fit is an error, not a smaller test split
-    with pytest.raises(DataError, match="1 of the data.test_size=2 held-out test questions are longer than"):
+    with pytest.raises(DataError, match=r"1 of the data.test_size=2 held-out test questions are longer than .*question id 2000000001\)"):
         _filter_long_prompts(cfg, model_dir, train, val, test)
     assert _filter_long_prompts(cfg, model_dir, train, val)[2] == []  # no test split asked for
     assert "filtered 2 of 5 prompt(s) longer than 200 tokens (training data)" in caplog.text
