@@ -40,6 +40,11 @@ class _Engine:
     def wake(self) -> None:
         pass
 
+    def loaded_weight_version(self) -> int:
+        """What the engine loaded: ``weight_version`` here (a lost refit leaves both behind the
+        trainer's policy version, which only ``generate`` compares)."""
+        return self.weight_version
+
     def generate(self, prompts, n, sampling, *, weight_version=None) -> Rollouts:
         self.requests.append(weight_version)
         check_weight_version("the test engine", self.weight_version, weight_version)
