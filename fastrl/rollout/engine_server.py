@@ -113,6 +113,23 @@ def whole_prefills(kwargs: dict) -> dict:
             "max_num_batched_tokens": max(budget, int(kwargs.get("max_model_len") or 0))}
 
 
+def suppression_bias(suppressed_ids: list[int]) -> dict[int, float] | None:
+    """The ``logit_bias`` of every sampling request: -inf on each suppressed token id, None when
+    there is none.
+
+    This takes the tokens out of sampling exactly as ``allowed_token_ids`` on their complement would
+    (both runners fill -inf before the temperature, so ``processed_logprobs`` are the same softmax
+    over the samplable tokens), but in what both of vLLM 0.32's model runners accept: its GPU
+    runner (V2) refuses more than 1,024 ``allowed_token_ids`` per request
+    (``vllm/v1/worker/gpu/sample/logit_bias.py``: ``ValueError: Too many allowed token IDs``),
+    where a Qwen vocabulary would need ~151,600, and takes up to 1,024 ``logit_bias`` entries, which
+    the client checks (``engine_client.check_suppression_size``). ``bad_words`` cannot say it: they are
+    strings, tokenized by vLLM, and the padded vocabulary's ids are no token. ``SamplingParams``
+    keeps the value as given (only ``from_optional``, the OpenAI server's path, clamps to +-100).
+    """
+    return {int(i): float("-inf") for i in suppressed_ids} or None
+
+
 class Server:
     """One vLLM ``LLM`` and the operations of :mod:`engine_wire`."""
 
@@ -128,14 +145,14 @@ class Server:
                       logprobs_mode=spec["logprobs_mode"])  # the client's choice (engine_client docstring)
         self.llm = LLM(**kwargs)
         self.engine_workers = int(kwargs.get("tensor_parallel_size") or 1)  # each opens its own IPC handle
-        self.allowed_ids = spec.get("allowed_token_ids")
+        self.suppression = suppression_bias(spec["suppressed_token_ids"])
         self.sleep_enabled = bool(kwargs.get("enable_sleep_mode"))
         self.asleep = False
         self.weights_awake = True
         self._maps: dict[str, tuple[int, mmap.mmap]] = {}
         self.received: dict[str, float] = {}  # sums of squares per weight received by refits
         self.weight_version = 0  # refits loaded (set_weight_version, after each refit's last bucket)
-        self.default_stop = [int(t) for t in spec["stop_token_ids"]]  # the client's, which shaped allowed_token_ids
+        self.default_stop = [int(t) for t in spec["stop_token_ids"]]  # the client's, which shaped the suppression
 
     def _model_sums(self, skip: set[str]) -> dict[str, float]:
         """Sums of squares of the model directory's weights not in ``skip``, read when asked for
@@ -174,7 +191,7 @@ class Server:
             SamplingParams(
                 n=int(n), temperature=s["temperature"], top_p=s["top_p"], top_k=s["top_k"] if s["top_k"] > 0 else 0,
                 max_tokens=s["max_tokens"], stop_token_ids=list(stop), ignore_eos=True, logprobs=0,
-                seed=int(seed), allowed_token_ids=self.allowed_ids, detokenize=False,
+                seed=int(seed), logit_bias=self.suppression, detokenize=False,
             )
             for n, seed in zip(req["sizes"], req["seeds"])
         ]

@@ -272,7 +272,7 @@ def test_engine_dies_with_a_killed_parent(setup, tmp_path):
 
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({"model": str(setup["model_dir"]), "tokenizer": str(setup["model_dir"] / "tokenizer"),
-                                "seed": 0, "allowed_token_ids": None, "stop_token_ids": [0], "logprobs_mode": "raw_logprobs", "llm_kwargs": LLM_KWARGS}))
+                                "seed": 0, "suppressed_token_ids": [], "stop_token_ids": [0], "logprobs_mode": "raw_logprobs", "llm_kwargs": LLM_KWARGS}))
     code = (
         "import os, socket, subprocess, sys, time\n"
         "a, b = socket.socketpair()\n"
