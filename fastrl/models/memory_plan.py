@@ -404,7 +404,10 @@ def dry_run_report(cfg: RunConfig) -> str:
         )
     gib = cfg.parallel.gpu_memory_gib or H100_80GB_GIB
     plan = estimate_memory(cfg, cfg.parallel.world_size, gib, dims=dims)
+    from fastrl.models.stop_budget import estimate_stop_budget
+
     table = "\n".join(f"# {line}" for line in plan.format().splitlines())
+    table += "\n# " + estimate_stop_budget(cfg, plan, dims, cfg.parallel.world_size).describe()
     if cfg.parallel.gpu_memory_gib is None:
         table += "\n# (parallel.gpu_memory_gib not set: an H100 80GB assumed, not enforced; start-up checks the device)"
     return table

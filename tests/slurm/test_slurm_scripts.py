@@ -7,8 +7,10 @@ stages and preemption are covered by the trainer's tests.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,12 @@ REPO = Path(__file__).resolve().parents[2]
 TRAIN = str(REPO / "slurm" / "train.sbatch")
 SUBMIT = str(REPO / "slurm" / "submit.sh")
 RECIPE = "easyvqa_tiny_fastrl_grpo_cpu"
+
+
+# submit.sh runs the recipe's --dry-run with `python` (FASTRL_VENV unset): this interpreter's
+DRY_ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+           "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)}
+DRY_ENV.pop("FASTRL_VENV", None)
 
 
 def _submitted(out) -> list[tuple[str, str]]:
@@ -161,7 +169,7 @@ def test_submit_dry_run_prints_the_chain(tmp_path):
     out = subprocess.run(
         [SUBMIT, "--recipe", RECIPE, "--run-dir", str(tmp_path / "r"), "--stages", "3", "--stage-steps", "5",
          "--grace", "120", "--dry-run", "rollout.n=8", "--", "--nodes=2", "--time=01:00:00"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True, text=True, timeout=60, env=DRY_ENV,
     )
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
@@ -174,3 +182,24 @@ def test_submit_dry_run_prints_the_chain(tmp_path):
         assert line.endswith(f"--nodes=2 --time=01:00:00 {TRAIN} rollout.n=8")
         assert ("--dependency=afterok:<stage%d>" % (k - 1) in line) == (k > 1)
     assert not run_dir.exists()  # nothing created, nothing submitted
+
+
+def test_submit_derives_the_grace_from_the_recipe_and_refuses_a_shorter_one(tmp_path):
+    """The 7B recipe's stop needs 900 s (its --dry-run: one step, a validation, a 116 GB save):
+    submit.sh asks Slurm for the stop signal 900 s before the time limit when --grace is not given,
+    refuses --grace 300 naming the estimate, and keeps 300 s for a recipe without a memory plan.
+
+    catches: the old fixed default (--signal=B:USR1@300 for 7B: a stage killed mid-save), or a
+    --grace below the estimate accepted."""
+    r7b = "qwen25vl_7b_fastrl_grpo_geo3k_h100_bf16"
+    args = [SUBMIT, "--recipe", r7b, "--run-dir", str(tmp_path / "r"), "--dry-run"]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=120, env=DRY_ENV)
+    assert out.returncode == 0, out.stderr
+    assert "--signal=B:USR1@900 " in out.stdout and "stop grace: >= 900 s" in out.stderr
+    short = subprocess.run([*args, "--grace", "300"], capture_output=True, text=True, timeout=120, env=DRY_ENV)
+    assert short.returncode == 2
+    assert "--grace 300 s is shorter than a stop of this recipe needs: stop grace: >= 900 s" in short.stderr
+    assert "pass --grace 900 or more" in short.stderr
+    cpu = subprocess.run([SUBMIT, "--recipe", RECIPE, "--run-dir", str(tmp_path / "c"), "--dry-run"],
+                         capture_output=True, text=True, timeout=120, env=DRY_ENV)
+    assert cpu.returncode == 0 and "--signal=B:USR1@300 " in cpu.stdout and "no estimate" in cpu.stderr
