@@ -130,6 +130,25 @@ def suppression_bias(suppressed_ids: list[int]) -> dict[int, float] | None:
     return {int(i): float("-inf") for i in suppressed_ids} or None
 
 
+#: vLLM 0.32's layerwise weight reload (its GPU runner) logs ``<Layer>: Failed to load weights`` at
+#: WARNING for every module of the model that a ``reload_weights`` call did not carry
+#: (``vllm/model_executor/model_loader/reload/layerwise.py``, ``finalize_layerwise_processing``):
+#: with refits in buckets that is every module outside the bucket, once per bucket -- for 7B about
+#: 0.7 GB of engine log over 200 steps, in the temporary folder. Whether every weight arrived is
+#: what the refit's per-group sums and the probe check; this logger keeps only its errors.
+RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
+
+
+def quiet_reload_log(worker=None) -> str:
+    """Set :data:`RELOAD_LOGGER` to ERROR in this process (run in every vLLM worker through
+    ``collective_rpc``: with ``tensor_parallel_size > 1`` they are processes of their own). Returns
+    the logger's name."""
+    import logging
+
+    logging.getLogger(RELOAD_LOGGER).setLevel(logging.ERROR)
+    return RELOAD_LOGGER
+
+
 class Server:
     """One vLLM ``LLM`` and the operations of :mod:`engine_wire`."""
 
@@ -144,6 +163,9 @@ class Server:
         kwargs.update(model=spec["model"], tokenizer=spec["tokenizer"], seed=int(spec["seed"]),
                       logprobs_mode=spec["logprobs_mode"])  # the client's choice (engine_client docstring)
         self.llm = LLM(**kwargs)
+        quiet_reload_log()
+        self.llm.collective_rpc(quiet_reload_log)  # each worker's own logger
+        print(f"engine: {RELOAD_LOGGER} kept at ERROR (one warning per module per refit bucket otherwise)", flush=True)
         self.engine_workers = int(kwargs.get("tensor_parallel_size") or 1)  # each opens its own IPC handle
         self.suppression = suppression_bias(spec["suppressed_token_ids"])
         self.sleep_enabled = bool(kwargs.get("enable_sleep_mode"))

@@ -49,6 +49,9 @@ def test_train_sbatch_runs_entry_point_on_every_task_with_overrides(slurm, tmp_p
     for line in ('"n": 4,', '"lr": 3e-05,', '"max_steps": 7,', '"seed": 5,', '"run_name": "demo",', f'"output_dir": "{run_dir.parent}",'):
         assert text.count(line) == 2, f"{line!r} not printed by both tasks:\n{text}"
     assert "step finished with exit code 0" in text
+    # NCCL's NVLS buffers (not in the memory plan's reserve) are off unless asked for; catches: the
+    # job starting NCCL with NVLS on by default (its buffers unmeasured beside the plan's margins)
+    assert "NCCL_NVLS_ENABLE=0 (1: NVLS buffers" in text
 
 
 def test_train_sbatch_torchrun_mode_starts_one_agent_per_node(slurm, tmp_path):
@@ -203,3 +206,22 @@ def test_submit_derives_the_grace_from_the_recipe_and_refuses_a_shorter_one(tmp_
     cpu = subprocess.run([SUBMIT, "--recipe", RECIPE, "--run-dir", str(tmp_path / "c"), "--dry-run"],
                          capture_output=True, text=True, timeout=120, env=DRY_ENV)
     assert cpu.returncode == 0 and "--signal=B:USR1@300 " in cpu.stdout and "no estimate" in cpu.stderr
+
+
+def test_convert_sbatch_refuses_a_cluster_without_pmix_before_any_task(tmp_path):
+    """slurm/convert.sbatch checks, as train.sbatch does, that srun offers PMIx before it starts
+    its tasks, and says so in one line (a fake `srun` whose plugin list has no pmix).
+
+    catches: the conversion launched with `srun --mpi=pmix` on such a cluster (the earlier script:
+    each task then fails in mpi4py's bootstrap with no word on the cause)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "srun"
+    fake.write_text("#!/bin/bash\nif [ \"$1\" = --mpi=list ]; then printf 'MPI plugin types are...\\n\\tnone\\n\\tpmi2\\n'; fi\nexit 0\n")
+    fake.chmod(0o755)
+    env = {**DRY_ENV, "PATH": f"{bin_dir}{os.pathsep}{DRY_ENV['PATH']}", "FASTRL_REPO": str(REPO),
+           "SLURM_JOB_ID": "1", "SLURM_JOB_NODELIST": "node1"}
+    out = subprocess.run(["bash", str(REPO / "slurm" / "convert.sbatch"), "export", "--ckpt", "x", "--out", "y"],
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 2
+    assert "fastrl convert: srun --mpi=list offers no pmix here" in out.stderr

@@ -72,6 +72,9 @@ class KeepingLLM:
         self.kwargs = kwargs
         self.params: list = []
 
+    def collective_rpc(self, method, timeout=None, args=(), kwargs=None):
+        return [method(None, *args, **(kwargs or {}))]  # one worker, as the uniprocess executor
+
     def generate(self, requests, sampling_params=None, use_tqdm=False):
         self.params.extend(sampling_params)
         return []
@@ -140,7 +143,13 @@ def main() -> None:
     result: dict = {"limits": {"MAX_NUM_ALLOWED_TOKEN_IDS": v2_logit_bias.MAX_NUM_ALLOWED_TOKEN_IDS,
                                "MAX_NUM_LOGIT_BIAS_TOKENS": v2_logit_bias.MAX_NUM_LOGIT_BIAS_TOKENS},
                     "requests": {}}
-    for label, params in server_params(spec).items():
+    import logging
+
+    reload_log = "vllm.model_executor.model_loader.reload.layerwise"
+    importlib.import_module(reload_log)  # the module whose logger the server quiets exists in this vLLM
+    requests = server_params(spec)
+    result["reload_log_level"] = logging.getLogger(reload_log).level
+    for label, params in requests.items():
         entry: dict = {}
         for runner, run in (("v1", lambda p: v1_masks(p, vocab)),
                             ("v2", lambda p: v2_masks(p, vocab, spec["logprobs_mode"]))):

@@ -86,7 +86,8 @@ def test_the_engines_requests_pass_both_vllm_runners_and_mask_exactly_the_suppre
     leaves a suppressed id samplable (e.g. the padded vocabulary dropped from it), or masks more;
     the client's cap ``MAX_SUPPRESSED_TOKEN_IDS`` above the installed vLLM's V2 limit on ``logit_bias``
     entries (``MAX_NUM_LOGIT_BIAS_TOKENS``: a model between the two would pass the client and fail
-    at its first generate on a GPU)."""
+    at its first generate on a GPU); the server not quieting vLLM's layerwise reload logger (a
+    warning per module per refit bucket), or that module gone from vLLM."""
     spec, suppressed = _spec(qwen_vl_7b_dir, monkeypatch, temperature)
     assert len(suppressed) == 405  # 5 vision, bos/pad 151643, 399 padded ids (151665..152063)
     spec_path, out_path = tmp_path / "spec.json", tmp_path / "out.json"
@@ -106,3 +107,4 @@ def test_the_engines_requests_pass_both_vllm_runners_and_mask_exactly_the_suppre
             for row in rows:
                 assert row == suppressed, f"{label}, {runner}: masked {len(row)} ids, suppressed {len(suppressed)}"
     assert engine_client.MAX_SUPPRESSED_TOKEN_IDS == result["limits"]["MAX_NUM_LOGIT_BIAS_TOKENS"]
+    assert result["reload_log_level"] == 40  # ERROR: the server quiets vLLM's per-module reload warnings
