@@ -5,9 +5,9 @@ Usage (started by :class:`fastrl.rollout.engine_client.EngineProcessClient`, nev
     <engine_python> fastrl/rollout/engine_server.py --fd N --spec SPEC_JSON --parent-pid PID
 
 It imports only the standard library, torch, vllm (and two of vLLM's own dependencies: safetensors
-for the initial weight sums, PIL for prompts with images) and its sibling ``engine_wire.py`` (loaded
-by path), never ``fastrl`` itself: the engine environment (``.venv-vllm`` on CPU; the cluster's
-vLLM environment on GPU) has transformers 5 and no megatron.
+for the initial weight sums, PIL for prompts with images) and its siblings ``engine_wire.py`` and
+``engine_settings.py`` (loaded by path), never ``fastrl`` itself: the engine environment
+(``.venv-vllm`` on CPU; the cluster's vLLM environment on GPU) has transformers 5 and no megatron.
 
 Weight transports (:mod:`fastrl.rollout.refit_transport`): ``load_weights`` (shared-memory bucket
 files; CPU, tested) and ``load_weights_ipc`` (CUDA IPC handles of one flat bucket buffer, one per
@@ -52,16 +52,20 @@ os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-def _load_wire():
-    path = Path(__file__).with_name("engine_wire.py")
-    spec = importlib.util.spec_from_file_location("fastrl_engine_wire", path)
+def _load_sibling(name: str):
+    """``fastrl/rollout/<name>.py`` loaded by path (this script cannot import fastrl)."""
+    path = Path(__file__).with_name(f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"fastrl_{name}", path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules["fastrl_engine_wire"] = module
+    sys.modules[f"fastrl_{name}"] = module
     spec.loader.exec_module(module)
     return module
 
 
-wire = _load_wire()
+wire = _load_sibling("engine_wire")
+_settings = _load_sibling("engine_settings")  # how this engine configures vLLM and its requests
+VLLM_CPU_STEP_TOKENS, whole_prefills, suppression_bias = (
+    _settings.VLLM_CPU_STEP_TOKENS, _settings.whole_prefills, _settings.suppression_bias)
 
 
 def die_with_parent(parent_pid: int) -> None:
@@ -82,52 +86,6 @@ def die_with_parent(parent_pid: int) -> None:
                 os._exit(4)
 
     threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
-
-
-#: vLLM 0.32's default token budget of one scheduler step for ``LLM`` on CPU
-#: (``EngineArgs.get_batch_defaults``: 4096 per tensor-parallel worker).
-VLLM_CPU_STEP_TOKENS = 4096
-
-
-def whole_prefills(kwargs: dict) -> dict:
-    """``llm_kwargs`` for vLLM on CPU with every prompt prefilled in one scheduler step.
-
-    vLLM 0.32 splits a prefill over steps when the step's token budget runs out (chunked prefill);
-    the partial steps' sampled tokens are discarded, and for a seeded request the model runner
-    rewinds its generator with ``Generator.get_offset()``, which a CPU generator does not have:
-    ``RuntimeError: CPU Generator does not use offset`` (``vllm/v1/worker/gpu_model_runner.py``).
-    Every sampled request of this engine is seeded (:meth:`EngineProcessClient.generate`), so any
-    step whose prompts exceed the budget (8 prompts x n=8 x 82 tokens > 4096) would fail. With
-    chunked prefill off a request waits for a step with room for its whole prompt; the budget is
-    raised to ``max_model_len`` where that is larger, as vLLM requires.
-
-    Raises:
-        ValueError: ``enable_chunked_prefill=True`` was asked for.
-    """
-    if kwargs.get("enable_chunked_prefill"):
-        raise ValueError("enable_chunked_prefill=True: vLLM on CPU cannot chunk the prefill of a seeded request "
-                         "(RuntimeError: CPU Generator does not use offset); leave it out")
-    workers = int(kwargs.get("tensor_parallel_size") or 1)
-    budget = int(kwargs.get("max_num_batched_tokens") or VLLM_CPU_STEP_TOKENS * workers)
-    return {**kwargs, "enable_chunked_prefill": False,
-            "max_num_batched_tokens": max(budget, int(kwargs.get("max_model_len") or 0))}
-
-
-def suppression_bias(suppressed_ids: list[int]) -> dict[int, float] | None:
-    """The ``logit_bias`` of every sampling request: -inf on each suppressed token id, None when
-    there is none.
-
-    This takes the tokens out of sampling exactly as ``allowed_token_ids`` on their complement would
-    (both runners fill -inf before the temperature, so ``processed_logprobs`` are the same softmax
-    over the samplable tokens), but in what both of vLLM 0.32's model runners accept: its GPU
-    runner (V2) refuses more than 1,024 ``allowed_token_ids`` per request
-    (``vllm/v1/worker/gpu/sample/logit_bias.py``: ``ValueError: Too many allowed token IDs``),
-    where a Qwen vocabulary would need ~151,600, and takes up to 1,024 ``logit_bias`` entries, which
-    the client checks (``engine_client.check_suppression_size``). ``bad_words`` cannot say it: they are
-    strings, tokenized by vLLM, and the padded vocabulary's ids are no token. ``SamplingParams``
-    keeps the value as given (only ``from_optional``, the OpenAI server's path, clamps to +-100).
-    """
-    return {int(i): float("-inf") for i in suppressed_ids} or None
 
 
 #: vLLM 0.32's layerwise weight reload (its GPU runner) logs ``<Layer>: Failed to load weights`` at

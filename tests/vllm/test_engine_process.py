@@ -205,7 +205,7 @@ def test_seeded_prompts_over_one_steps_budget(setup):
     """Seeded sampling of prompts whose tokens exceed one scheduler step's budget (512 here; vLLM's
     CPU default is 4096, which 8 prompts x n=8 of 82 tokens exceed): vLLM 0.32 split a prefill
     over steps and, rewinding the seeded generator of the split request, raised "CPU Generator
-    does not use offset"; the server keeps every prefill whole (engine_server.whole_prefills)."""
+    does not use offset"; the server keeps every prefill whole (engine_settings.whole_prefills)."""
     c = setup["client"]
     c.update_weights(setup["weights"].items())
     prompts = []
