@@ -97,11 +97,12 @@ def test_train_sbatch_refuses_missing_recipe(slurm, tmp_path):
 
 
 def test_submit_chains_stages_and_cancels_the_rest_when_one_fails(slurm, tmp_path):
-    # rollout.n=0 is refused by the config (exit 2): stage 1 fails, stages 2 and 3 must be
-    # cancelled by Slurm (--kill-on-invalid-dep=yes) instead of pending forever.
+    # A checkpoint to resume from that does not exist passes the config (and submit.sh's dry run)
+    # and fails at start-up: stage 1 fails, stages 2 and 3 must be cancelled by Slurm
+    # (--kill-on-invalid-dep=yes) instead of pending forever.
     run_dir = tmp_path / "chain"
     out = slurm.run([SUBMIT, "--recipe", RECIPE, "--run-dir", str(run_dir), "--stages", "3", "--grace", "60",
-                     "rollout.n=0", "--", "-n", "2"])
+                     f"checkpoint.resume={tmp_path / 'no-such-checkpoint'}", "--", "-n", "2"])
     assert out.returncode == 0, out.stderr
     jobs = _submitted(out)
     assert len(jobs) == 3, out.stdout
@@ -113,7 +114,7 @@ def test_submit_chains_stages_and_cancels_the_rest_when_one_fails(slurm, tmp_pat
         info = slurm.wait_job(job)
         assert info["JobState"] == "CANCELLED" and info["Reason"] == "DependencyNeverSatisfied", info
     assert first_log == str(run_dir / "logs" / f"stage1-{first}.out")
-    assert "config error" in Path(first_log).read_text()
+    assert "CheckpointError" in Path(first_log).read_text()
     assert (run_dir / "logs" / "jobs.txt").read_text().count(" submitted ") == 3
     assert "watch: squeue --name=fastrl-chain" in out.stdout
 
@@ -225,3 +226,14 @@ def test_convert_sbatch_refuses_a_cluster_without_pmix_before_any_task(tmp_path)
                          capture_output=True, text=True, timeout=60, env=env)
     assert out.returncode == 2
     assert "fastrl convert: srun --mpi=list offers no pmix here" in out.stderr
+
+
+def test_submit_refuses_a_config_that_does_not_resolve_before_submitting(tmp_path):
+    """submit.sh runs the recipe's --dry-run first: a config error stops it before any job is
+    queued, with the error's line (rollout.n=0 used to fail only when stage 1 started).
+
+    catches: a submit that queues a chain whose every stage would fail at start-up."""
+    out = subprocess.run([SUBMIT, "--recipe", RECIPE, "--run-dir", str(tmp_path / "r"), "--dry-run", "rollout.n=0"],
+                         capture_output=True, text=True, timeout=120, env=DRY_ENV)
+    assert out.returncode == 2 and out.stdout == ""
+    assert "--dry-run failed: fastrl.train: config error: rollout.n must be >= 1, got 0" in out.stderr
