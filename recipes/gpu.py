@@ -136,7 +136,10 @@ def paper_base(size: str, dataset: str, precision: str, name: str) -> RunConfig:
         reward=RewardConfig(name=reward, num_workers=16),
         optimizer=OptimizerConfig(lr=1e-6, weight_decay=1e-2, clip_grad=1.0),
         trainer=TrainerConfig(epochs=epochs, mini_batch_prompts=128, val_every=5, torch_threads=8),
-        checkpoint=CheckpointConfig(save_every=20, keep_last=2),
+        # dp_reshardable: megatron-core 0.16.1's fully_reshardable save gathers each fp32 optimizer
+        # state of a rank's whole gradient buffer on its GPU (8 P + 4 P / dp bytes), which no shipped
+        # layout has room for beside its engine (memory plan, "save" phase; docs/parallelism.md)
+        checkpoint=CheckpointConfig(save_every=20, keep_last=2, optimizer_format="dp_reshardable"),
     )
 
 

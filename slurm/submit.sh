@@ -12,15 +12,22 @@
 #   slurm/submit.sh --recipe qwen25vl_7b_fastrl_grpo_geo3k_h100_bf16 --run-dir runs/geo3k-7b \
 #       --stages 3 rollout.n=8 parallel.world_size=16 -- --nodes=2 --ntasks-per-node=8 --gpus-per-node=8 --time=04:00:00
 #
+# --grace: seconds between Slurm's stop signal and the time limit; the trainer finishes its step
+# (which may hold a validation) and saves in them. submit.sh runs the recipe's --dry-run
+# (FASTRL_VENV's python, else `python`), which estimates that time from the memory plan
+# (fastrl/models/stop_budget.py: `# stop grace: >= N s ...`): without --grace it takes N, a --grace
+# below N is refused with the parts of the estimate; a recipe without a memory plan (no
+# parallel.world_size) gets 300 s unless --grace says otherwise.
+#
 # A run is finished when DIR/FINISHED exists (the trainer writes it when the last step is done);
 # submitting a finished run, or a run that still has jobs in the queue, submits nothing and says so.
 # Logs: DIR/logs/stage<k>-<jobid>.out; the submitted job ids are appended to DIR/logs/jobs.txt.
 set -euo pipefail
 
-usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "fastrl submit: $*" >&2; exit 2; }
 
-recipe="" run_dir="" stages=1 stage_steps="" stage_seconds="" grace=300 launch=mpi dry_run=0
+recipe="" run_dir="" stages=1 stage_steps="" stage_seconds="" grace="" launch=mpi dry_run=0
 overrides=() sbatch_opts=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -43,10 +50,29 @@ done
 [ -n "${recipe}" ] || die "--recipe is required (python -m fastrl.train --list-recipes)"
 [ -n "${run_dir}" ] || die "--run-dir is required (the run directory: logs, checkpoints, FINISHED marker)"
 [[ "${stages}" =~ ^[1-9][0-9]*$ ]] || die "--stages must be a positive integer, got '${stages}'"
-[[ "${grace}" =~ ^[0-9]+$ ]] || die "--grace must be a number of seconds, got '${grace}'"
+[ -z "${grace}" ] || [[ "${grace}" =~ ^[0-9]+$ ]] || die "--grace must be a number of seconds, got '${grace}'"
 [ -z "${stage_steps}" ] || [[ "${stage_steps}" =~ ^[1-9][0-9]*$ ]] || die "--stage-steps must be a positive integer, got '${stage_steps}'"
 [ -z "${stage_seconds}" ] || [[ "${stage_seconds}" =~ ^[0-9]+([.][0-9]+)?$ ]] || die "--stage-seconds must be a number, got '${stage_seconds}'"
 case "${launch}" in mpi|torchrun) ;; *) die "--launch must be mpi or torchrun, got '${launch}'" ;; esac
+
+# The stop grace against the recipe's estimate (its --dry-run; also refuses a recipe that does not resolve).
+python_bin="${FASTRL_VENV:+${FASTRL_VENV}/bin/}python"
+if ! plan=$("${python_bin}" -m fastrl.train --recipe "${recipe}" --dry-run ${overrides[@]+"${overrides[@]}"} 2>&1); then
+  die "${python_bin} -m fastrl.train --recipe ${recipe} --dry-run failed: $(printf '%s\n' "${plan}" | tail -n 1)"
+fi
+stop_line=$(printf '%s\n' "${plan}" | grep -m 1 '^# stop grace: >= ' || true)
+if [ -n "${stop_line}" ]; then
+  need=$(printf '%s\n' "${stop_line}" | sed 's/^# stop grace: >= \([0-9][0-9]*\) s.*/\1/')
+  if [ -z "${grace}" ]; then
+    grace=${need}
+  elif [ "${grace}" -lt "${need}" ]; then
+    die "--grace ${grace} s is shorter than a stop of this recipe needs: ${stop_line#\# }; pass --grace ${need} or more"
+  fi
+  echo "fastrl submit: stop signal ${grace} s before the time limit (${stop_line#\# })" >&2
+else
+  grace=${grace:-300}
+  echo "fastrl submit: stop signal ${grace} s before the time limit (no estimate: the recipe's --dry-run prints no memory plan without parallel.world_size)" >&2
+fi
 
 run_dir=$(realpath -m "${run_dir}")
 name=$(basename "${run_dir}")

@@ -16,6 +16,10 @@ Index: patch -- upstream it was written for -- behaviour worked around -- where 
   extensions (Apex / ``fused_kernels``) the megatron-core wheel lacks -- CUDA, where they are missing.
 - ``megatron_cpu.dist_checkpointing`` -- megatron-core 0.16.1 -- checkpoint strategy modules, imported
   late, escape the CPU patch -- CPU only (a plain import on GPU).
+- ``megatron_bridge.hide_unusable_transformer_engine`` -- megatron-core 0.16.1 / Transformer Engine
+  2.11 -- TE's core installed without its torch extension: ``FileNotFoundError`` from
+  ``transformer_engine.pytorch`` escapes megatron-core's ``except ImportError`` -- wherever TE is
+  installed and its PyTorch layers do not import (one warning line; the run goes on without TE).
 - ``megatron_bridge.import_auto_bridge`` (stand-ins) -- megatron-bridge 0.3.1 -- unconditional
   ``transformer_engine`` / triton imports -- only where TE / triton are missing (CPU).
 - ``megatron_bridge`` contiguous scatter -- megatron-bridge 0.3.1 -- row-parallel shards scattered
@@ -38,6 +42,8 @@ Entry points (importing this package imports neither torch nor megatron):
 
 - :func:`apply_cpu_patches`: called by :func:`fastrl.distributed.parallel_state.initialize` on gloo
   without CUDA;
+- :func:`hide_unusable_transformer_engine`: called by
+  :func:`fastrl.distributed.parallel_state.initialize` before megatron-core is first imported;
 - :func:`import_auto_bridge`: called before anything of megatron-bridge is imported (the model
   provider, the layer choice);
 - :func:`dist_checkpointing`: how checkpoint save / load / conversion get megatron's
@@ -91,6 +97,15 @@ def dist_checkpointing() -> Any:
     from fastrl.compat import megatron_cpu
 
     return megatron_cpu.dist_checkpointing()
+
+
+def hide_unusable_transformer_engine() -> str | None:
+    """Make an installed Transformer Engine whose PyTorch layers do not import absent for this
+    process (one warning line); the reason, or None (see
+    :func:`fastrl.compat.megatron_bridge.hide_unusable_transformer_engine`)."""
+    from fastrl.compat import megatron_bridge
+
+    return megatron_bridge.hide_unusable_transformer_engine()
 
 
 def import_auto_bridge() -> type:

@@ -3,6 +3,17 @@
 Written against megatron-bridge 0.3.1 (with megatron-core 0.16.1). Patched behaviours, each tested
 in ``tests/unit/compat/test_megatron_bridge.py`` (which also shows the unpatched behaviour):
 
+0. Transformer Engine installed but unusable (a GPU node where ``gpu-trainer.txt`` installed TE's
+   core but its PyTorch extension was never built: no nvcc / C++20 there). ``import
+   transformer_engine`` then succeeds (TE 2.11 only warns) and ``import transformer_engine.pytorch``
+   raises ``FileNotFoundError: Could not find shared object file for Transformer Engine torch lib.``,
+   which megatron-core 0.16.1's ``try: ... except ImportError`` guards do not catch: ``import
+   megatron.core`` itself fails. :func:`hide_unusable_transformer_engine` probes the real import
+   once and, when it fails with any error, makes ``transformer_engine`` absent for the process
+   (``sys.modules`` entry None: every later import raises ``ImportError``, which megatron-core and
+   :func:`fastrl.config.transformer_engine_available` read as "no TE"), logging one line with the
+   error. Called before megatron-core is first imported (``fastrl.distributed.parallel_state.initialize``)
+   and by :func:`import_auto_bridge`.
 1. Import without Transformer Engine (CPU; not on GPU clusters with TE). megatron-bridge imports
    Transformer Engine unconditionally (two LoRA modules) and, through its Mamba provider,
    megatron-core's triton kernels. Neither is used by FastRL's dense models. Where those packages
@@ -22,11 +33,16 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import logging
 import sys
 import types
 from typing import Any
 
+logger = logging.getLogger("fastrl.compat")
+
 _TE = "transformer_engine"
+#: Why Transformer Engine, installed, was made absent for this process (None: it was not).
+_TE_UNUSABLE: str | None = None
 _TRITON_KERNELS = "megatron.core.inference.contexts.attention_context.triton.tensor_ops"
 
 # megatron-core modules that decide HAVE_TE at import time: imported before any stand-in exists.
@@ -96,6 +112,41 @@ def _have(package: str) -> bool:
         return False
 
 
+def hide_unusable_transformer_engine() -> str | None:
+    """Make an installed Transformer Engine whose PyTorch layers cannot be imported absent for this
+    process, with one warning line; return why (``"FileNotFoundError: ..."``), or None when TE is
+    not installed or imports. Idempotent: the probe (a real ``import transformer_engine.pytorch``,
+    which imports torch) runs once per process.
+
+    Without this a TE core install without its torch extension stops every megatron import with
+    ``FileNotFoundError`` (see the module docstring, patch 0). After it, the ``_bf16`` recipes run on
+    megatron-core's local layers (:func:`fastrl.models.layer_spec.choose_layers`), and FP8 and
+    sequence parallelism are refused there, naming this reason.
+    """
+    global _TE_UNUSABLE
+    if _TE_UNUSABLE is not None or not _have(_TE):
+        return _TE_UNUSABLE
+    try:
+        importlib.import_module(f"{_TE}.pytorch")
+        return None
+    except Exception as err:  # noqa: BLE001 - FileNotFoundError (extension not built), OSError (CUDA libs), ...
+        reason = f"{type(err).__name__}: {err}".splitlines()[0]
+    for name in [n for n in sys.modules if n == _TE or n.startswith(f"{_TE}.")]:
+        del sys.modules[name]
+    sys.modules[_TE] = None  # type: ignore[assignment]  # `import transformer_engine` now raises ImportError
+    _TE_UNUSABLE = reason
+    logger.warning(
+        "Transformer Engine is installed but its PyTorch layers do not import (%s): running without it "
+        "(bf16 on megatron-core's local layers; FP8 and sequence parallelism refused); build its torch "
+        "extension to use it: requirements/gpu-trainer-te.txt", reason)
+    return reason
+
+
+def transformer_engine_unusable_reason() -> str | None:
+    """What :func:`hide_unusable_transformer_engine` found (None: it hid nothing)."""
+    return _TE_UNUSABLE
+
+
 def _make_scatter_contiguous() -> None:
     from megatron.bridge.models.conversion.param_mapping import MegatronParamMapping
 
@@ -123,6 +174,7 @@ def import_auto_bridge() -> type:
     if "megatron.bridge" in sys.modules:
         _make_scatter_contiguous()
         return sys.modules["megatron.bridge"].AutoBridge
+    hide_unusable_transformer_engine()
     standins: dict[str, types.ModuleType] = {}
     if not _have(_TE):
         for name in _TE_SENSITIVE:
@@ -138,6 +190,8 @@ def import_auto_bridge() -> type:
         for name, module in standins.items():
             if sys.modules.get(name) is module:
                 del sys.modules[name]
+        if _TE_UNUSABLE is not None:
+            sys.modules[_TE] = None  # type: ignore[assignment]  # absent again, as hidden
     if _TE in standins:
         wrong = sorted(
             name

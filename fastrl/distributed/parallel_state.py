@@ -157,6 +157,7 @@ def initialize(
         RuntimeError: NCCL requested without CUDA, or GPUs handed out in neither usual way
             (:func:`cuda_device_index`).
     """
+    compat.hide_unusable_transformer_engine()  # before megatron-core's first import (TE without its extension)
     from megatron.core import parallel_state as mpu
     from megatron.core import tensor_parallel
 

@@ -69,31 +69,38 @@ def choose_layers(
 ) -> LayerChoice:
     """Pick the layer spec and its config fields for ``precision``.
 
-    The TE spec is used whenever Transformer Engine is importable (GPU clusters), the local spec
-    otherwise. ``te_available`` overrides the detection (tests).
+    The TE spec is used whenever Transformer Engine's PyTorch layers import (GPU clusters), the
+    local spec otherwise: TE not installed, or installed without a working torch extension
+    (:func:`fastrl.compat.megatron_bridge.hide_unusable_transformer_engine`, which
+    :func:`fastrl.compat.import_auto_bridge` runs first). ``te_available`` overrides the detection (tests).
 
     Raises:
-        ConfigError: FP8 requested but Transformer Engine is not installed, sequence parallelism
+        ConfigError: FP8 requested but Transformer Engine is not usable (not installed, or its
+            torch extension does not import: the message names which), sequence parallelism
             without Transformer Engine (megatron-core's local spec uses torch norms, which do not
             support it), or an unsupported FP8 combination (see :func:`fp8_settings`).
     """
     from fastrl import compat
+    from fastrl.compat.megatron_bridge import transformer_engine_unusable_reason
 
     compat.import_auto_bridge()
     from megatron.bridge.models.gpt_provider import local_layer_spec, transformer_engine_layer_spec
 
     have_te = transformer_engine_available() if te_available is None else te_available
+    unusable = transformer_engine_unusable_reason()
+    why = (f"installed, but its PyTorch layers do not import ({unusable}); build its torch extension: "
+           "requirements/gpu-trainer-te.txt" if unusable else
+           "not installed; install requirements/gpu-trainer.txt and gpu-trainer-te.txt on a CUDA machine")
     if precision.mode == "fp8" and not have_te:
         raise ConfigError(
             f"precision.mode='fp8' (format {precision.fp8_format!r}, recipe {precision.fp8_recipe!r}) "
-            "needs NVIDIA Transformer Engine layers, and Transformer Engine is not installed; "
-            "install requirements/gpu.txt on a CUDA machine or set precision.mode=bf16"
+            f"needs NVIDIA Transformer Engine layers, and Transformer Engine is {why}; or set precision.mode=bf16"
         )
     if sequence_parallel and not have_te:
         raise ConfigError(
             "parallel.sequence_parallel=true needs Transformer Engine layers (megatron-core's local "
-            "layer spec uses torch norms without sequence-parallel support); set "
-            "parallel.sequence_parallel=false on machines without Transformer Engine"
+            f"layer spec uses torch norms without sequence-parallel support), and Transformer Engine is {why}; "
+            "or set parallel.sequence_parallel=false"
         )
     overrides = {**dtype_settings(precision), **fp8_settings(precision)}
     if have_te:

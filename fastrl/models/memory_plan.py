@@ -21,8 +21,12 @@ engine's memory, and a fixed reserve (CUDA contexts, NCCL, fragmentation):
 - **update**: the activations of the micro-batches in flight;
 - **refit**: after ``empty_cache``; the engine wakes its weights only; the trainer allocates the
   refit buffers (a bucket's gathered tensors and its flat copy);
-- **resumed stage**: the checkpoint loaded (Adam moments exist), the engine started with its whole
-  share, the refit.
+- **save**: every save follows a validation (or a verified refit): the engine awake; with
+  ``checkpoint.optimizer_format=fully_reshardable`` megatron-core's gather of each fp32 optimizer
+  state on the GPU (:func:`save_gather_gib`), refused with the format to use when it does not fit;
+- **resume load**: a resumed stage loads its checkpoint (the Adam moments appear) while its freshly
+  started engine holds its whole share;
+- **resumed stage**: the checkpoint loaded, the engine put to sleep, the refit.
 
 Without ``rollout.sleep_between_steps`` the engine holds its share in every phase. The plan also
 checks that each engine's KV cache holds the rollouts it generates at once (a warning with the
@@ -45,20 +49,19 @@ recomputation).
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-from fastrl.config import ConfigError, ModelConfig, RunConfig
+from fastrl.config import ConfigError, RunConfig
+from fastrl.models.memory_timeline import GIB, KVCheck, MemoryPlan, PhaseRow
+from fastrl.models.model_dims import KNOWN_MODELS, ModelDims, activation_bytes, model_dims
 
 __all__ = [
     "GIB", "GPU_KINDS", "H100_80GB_GIB", "H200_GIB", "KNOWN_MODELS", "KVCheck", "MemoryPlan", "ModelDims", "PHASES",
     "IPC_CONTEXT_GIB", "PhaseRow", "check_memory_plan", "estimate_memory", "model_dims", "recipe_margin_gib",
 ]
 
-GIB = 2**30
 #: Usable memory of one GPU as the driver reports it (nvidia-smi: 81559 MiB; 143771 MiB).
 H100_80GB_GIB = 79.6
 H200_GIB = 140.4
@@ -80,382 +83,11 @@ def recipe_margin_gib(gpu_memory_gib: float) -> float:
     return max(RECIPE_MARGIN_GIB, RECIPE_MARGIN_FRACTION * gpu_memory_gib)
 
 
-@dataclass(frozen=True)
-class ModelDims:
-    """The shapes that decide the parameter count of a Qwen2 / Qwen2.5-VL model (Hugging Face names)."""
-
-    name: str
-    hidden_size: int
-    num_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    intermediate_size: int
-    vocab_size: int
-    tie_word_embeddings: bool = False
-    # vision tower (Qwen2.5-VL); depth 0: a text-only model
-    vision_depth: int = 0
-    vision_hidden_size: int = 0
-    vision_intermediate_size: int = 0
-    vision_patch_size: int = 14
-    vision_temporal_patch_size: int = 2
-    vision_in_channels: int = 3
-    vision_spatial_merge_size: int = 2
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
-
-    @property
-    def kv_size(self) -> int:
-        """Width of the key (and of the value) projection: kv heads x head dim."""
-        return self.num_key_value_heads * self.head_dim
-
-    @property
-    def is_vision_language(self) -> bool:
-        return self.vision_depth > 0
-
-    def layer_params(self) -> int:
-        """One decoder layer: q/k/v (with bias), o (no bias), SwiGLU MLP (no bias), two RMSNorms."""
-        h, kv, inter = self.hidden_size, self.kv_size, self.intermediate_size
-        return (h * h + h) + 2 * (h * kv + kv) + h * h + 3 * h * inter + 2 * h
-
-    def embedding_params(self) -> int:
-        """The input embedding (the output layer has as many unless tied)."""
-        return self.vocab_size * self.hidden_size
-
-    def language_params(self) -> int:
-        """Embedding, layers, final norm and (untied) output layer."""
-        heads = 1 if self.tie_word_embeddings else 2
-        return heads * self.embedding_params() + self.num_layers * self.layer_params() + self.hidden_size
-
-    def vision_block_params(self) -> int:
-        """The vision blocks and the patch embedding (``model.freeze_vision_tower`` freezes these)."""
-        if not self.is_vision_language:
-            return 0
-        hv, iv = self.vision_hidden_size, self.vision_intermediate_size
-        block = 2 * hv + (hv * 3 * hv + 3 * hv) + (hv * hv + hv) + 2 * (hv * iv + iv) + (iv * hv + hv)
-        patch = self.vision_in_channels * self.vision_temporal_patch_size * self.vision_patch_size**2 * hv
-        return self.vision_depth * block + patch
-
-    def merger_params(self) -> int:
-        """The patch merger: RMSNorm, then MLP (merge^2 x hv -> same -> language hidden size)."""
-        if not self.is_vision_language:
-            return 0
-        hv, m2 = self.vision_hidden_size, self.vision_spatial_merge_size**2
-        return hv + (hv * m2 * hv * m2 + hv * m2) + (hv * m2 * self.hidden_size + self.hidden_size)
-
-    def vision_params(self) -> int:
-        return self.vision_block_params() + self.merger_params()
-
-    def total_params(self) -> int:
-        return self.language_params() + self.vision_params()
-
-    @classmethod
-    def from_hf_config(cls, config: dict[str, Any], name: str = "") -> "ModelDims":
-        """From a Hugging Face ``config.json`` (Qwen2, Llama, Qwen2.5-VL with top-level or
-        ``text_config`` language fields)."""
-        text = dict(config)
-        text.update(config.get("text_config") or {})
-        vision = config.get("vision_config") or {}
-        heads = int(text["num_attention_heads"])
-        return cls(
-            name=name or str(text.get("_name_or_path") or text.get("model_type", "model")),
-            hidden_size=int(text["hidden_size"]),
-            num_layers=int(text["num_hidden_layers"]),
-            num_attention_heads=heads,
-            num_key_value_heads=int(text.get("num_key_value_heads") or heads),
-            intermediate_size=int(text["intermediate_size"]),
-            vocab_size=int(text["vocab_size"]),
-            tie_word_embeddings=bool(config.get("tie_word_embeddings", text.get("tie_word_embeddings", False))),
-            vision_depth=int(vision.get("depth", 0)) if config.get("model_type") == "qwen2_5_vl" else 0,
-            vision_hidden_size=int(vision.get("hidden_size", 0)),
-            vision_intermediate_size=int(vision.get("intermediate_size", 0)),
-            vision_patch_size=int(vision.get("patch_size", 14)),
-            vision_temporal_patch_size=int(vision.get("temporal_patch_size", 2)),
-            vision_in_channels=int(vision.get("in_chans", vision.get("in_channels", 3))),
-            vision_spatial_merge_size=int(vision.get("spatial_merge_size", 2)),
-        )
-
-
-def _qwen25_vl(name: str, hidden: int, layers: int, heads: int, kv_heads: int, inter: int, vocab: int,
-               tied: bool) -> ModelDims:
-    # every Qwen2.5-VL size shares the vision tower: depth 32, hidden 1280, MLP 3420, 14 px patches
-    return ModelDims(
-        name=name, hidden_size=hidden, num_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
-        intermediate_size=inter, vocab_size=vocab, tie_word_embeddings=tied,
-        vision_depth=32, vision_hidden_size=1280, vision_intermediate_size=3420,
-    )
-
-
-#: The published Qwen2.5-VL-Instruct configs (config.json on the hub), so plans work offline.
-KNOWN_MODELS: dict[str, ModelDims] = {
-    d.name: d
-    for d in (
-        _qwen25_vl("Qwen/Qwen2.5-VL-3B-Instruct", 2048, 36, 16, 2, 11008, 151936, True),
-        _qwen25_vl("Qwen/Qwen2.5-VL-7B-Instruct", 3584, 28, 28, 4, 18944, 152064, False),
-        _qwen25_vl("Qwen/Qwen2.5-VL-32B-Instruct", 5120, 64, 40, 8, 27648, 152064, False),
-        _qwen25_vl("Qwen/Qwen2.5-VL-72B-Instruct", 8192, 80, 64, 8, 29568, 152064, False),
-    )
-}
-
-
-def _known(path_or_id: str) -> ModelDims | None:
-    if path_or_id in KNOWN_MODELS:
-        return KNOWN_MODELS[path_or_id]
-    base = Path(path_or_id.rstrip("/")).name.lower()
-    for key, dims in KNOWN_MODELS.items():
-        if key.split("/")[-1].lower() == base:
-            return dims
-    return None
-
-
-def _tiny_dims(m: ModelConfig) -> ModelDims:
-    # the tiny model's word-level vocabulary is a few hundred tokens at most; 512 bounds it
-    return ModelDims(
-        name="tiny", hidden_size=m.tiny_hidden_size, num_layers=m.tiny_num_layers,
-        num_attention_heads=m.tiny_num_attention_heads, num_key_value_heads=m.tiny_num_key_value_heads,
-        intermediate_size=m.tiny_intermediate_size, vocab_size=512, vision_depth=m.tiny_vision_depth,
-        vision_hidden_size=m.tiny_vision_hidden_size, vision_intermediate_size=4 * m.tiny_vision_hidden_size,
-    )
-
-
-def model_dims(model: ModelConfig, hf_dir: str | Path | None = None) -> ModelDims | None:
-    """The shapes of the run's model, without downloading anything: ``hf_dir``'s ``config.json``;
-    else ``model.hf_path`` as a local directory, a known id (:data:`KNOWN_MODELS`, also matched by
-    the directory's name) or a config already in the hub cache; the ``tiny_*`` fields for
-    ``source='tiny'``. None when nothing says."""
-    for candidate in (hf_dir, model.hf_path if model.source == "hf" else None):
-        if candidate is not None and (Path(candidate).expanduser() / "config.json").is_file():
-            return _read_dims(Path(candidate).expanduser() / "config.json", str(candidate))
-    if model.source == "tiny":
-        return _tiny_dims(model)
-    if not model.hf_path:
-        return None
-    known = _known(model.hf_path)
-    if known is not None:
-        return known
-    from fastrl.models.hub import hub_cache_dir, is_hub_id
-
-    if is_hub_id(model.hf_path):
-        try:
-            from huggingface_hub import try_to_load_from_cache
-
-            cached = try_to_load_from_cache(model.hf_path, "config.json", cache_dir=str(hub_cache_dir()))
-        except Exception:  # noqa: BLE001 - a plan without counts is reported, never fatal here
-            cached = None
-        if isinstance(cached, str):
-            return _read_dims(Path(cached), model.hf_path)
-    return None
-
-
-def _read_dims(path: Path, name: str) -> ModelDims | None:
-    """:meth:`ModelDims.from_hf_config` of a ``config.json``; None when it lacks the fields."""
-    try:
-        return ModelDims.from_hf_config(json.loads(path.read_text()), name)
-    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
-        return None
-
-
-def activation_bytes(d: ModelDims, *, tp: int, sequence_parallel: bool, element_bytes: int) -> tuple[int, int]:
-    """Bytes kept for the backward pass: (per token per decoder layer, per image patch per vision block).
-
-    Decoder layer (flash attention, no dropout, no recomputation): the inputs of the two norms and
-    of the QKV and FC1 GEMMs (4 x hidden, replicated over TP unless sequence parallel), the q/k/v
-    outputs and the attention output (2 x hidden + 2 x kv), the FC1 output (2 x intermediate) and
-    the SwiGLU output (intermediate), split over TP. Vision block (the Hugging Face module,
-    replicated over TP): 8 x hidden + 4 x intermediate per patch.
-    """
-    h, kv, inter = d.hidden_size, d.kv_size, d.intermediate_size
-    replicated = 4 * h / (tp if sequence_parallel else 1)
-    split = (2 * h + 2 * kv + 3 * inter) / tp
-    vision = 8 * d.vision_hidden_size + 4 * d.vision_intermediate_size
-    return math.ceil(element_bytes * (replicated + split)), element_bytes * vision
-
-
 #: Phases of the timeline, in the order a run meets them (:func:`estimate_memory`).
-PHASES = ("start-up", "generation", "old/ref log-probs", "update", "refit", "validation", "resumed stage")
+PHASES = ("start-up", "generation", "old/ref log-probs", "update", "refit", "validation", "save", "resume load",
+          "resumed stage")
 #: The two kinds of GPU: one that holds (a TP shard of) a rollout engine, and one that does not.
 GPU_KINDS = ("generating", "other")
-
-
-@dataclass(frozen=True)
-class PhaseRow:
-    """One phase on one kind of GPU (GiB): what the trainer has allocated, what its caching allocator
-    holds beyond that (reserved, not freed), what the engine holds, the fixed reserve."""
-
-    phase: str
-    gpu: str  # "generating" or "other"
-    trainer_gib: float
-    cache_gib: float
-    engine_gib: float
-    engine_state: str
-    reserve_gib: float
-    gpu_memory_gib: float
-
-    @property
-    def total_gib(self) -> float:
-        return self.trainer_gib + self.cache_gib + self.engine_gib + self.reserve_gib
-
-    @property
-    def margin_gib(self) -> float:
-        """Free memory left on the GPU in this phase (negative: it does not fit)."""
-        return self.gpu_memory_gib - self.total_gib
-
-    def describe(self) -> str:
-        where = "a generating GPU" if self.gpu == "generating" else "a GPU without an engine"
-        return (
-            f"{self.phase} on {where} needs trainer {self.trainer_gib:.1f} + allocator cache "
-            f"{self.cache_gib:.1f} + engine {self.engine_gib:.1f} ({self.engine_state}) + reserve "
-            f"{self.reserve_gib:.1f} = {self.total_gib:.1f} GiB"
-        )
-
-
-@dataclass(frozen=True)
-class KVCheck:
-    """Can each engine hold the rollouts it generates at once (one phase: training or validation)?"""
-
-    phase: str
-    rollouts_per_engine: int  # generated at once by one engine (vLLM's max_num_seqs caps it when set)
-    sequence_tokens: int
-    kv_cache_gib: float  # per engine GPU
-    kv_bytes_per_token: int  # per engine GPU
-    sequences_fit: int  # max-length sequences the KV cache holds at once
-
-    @property
-    def tokens_needed(self) -> int:
-        return self.rollouts_per_engine * self.sequence_tokens
-
-    @property
-    def waves(self) -> int:
-        """Rounds vLLM needs to run every rollout (0: not even one sequence fits)."""
-        return math.ceil(self.rollouts_per_engine / self.sequences_fit) if self.sequences_fit > 0 else 0
-
-    def describe(self) -> str:
-        need = self.tokens_needed * self.kv_bytes_per_token / GIB
-        return (
-            f"{self.phase}: {self.rollouts_per_engine} rollouts per engine x {self.sequence_tokens} tokens need "
-            f"{need:.1f} GiB of KV per engine GPU; {self.kv_cache_gib:.1f} GiB holds {self.sequences_fit} "
-            f"({self.waves} wave{'s' if self.waves != 1 else ''})"
-        )
-
-
-@dataclass(frozen=True)
-class MemoryPlan:
-    """Per-GPU memory (GiB) of each phase of a run on each kind of GPU; see the module docstring.
-
-    The part fields (``weights_gib`` ...) are those of the heaviest stage of a generating GPU
-    (pipeline stage 0, where the engine's GPUs are); ``timeline`` has every phase on both kinds.
-    """
-
-    model: str
-    total_params: int
-    gpu_memory_gib: float
-    tp: int
-    pp: int
-    dp: int
-    engine: str
-    engine_tp: int
-    params_per_gpu: int
-    weights_gib: float
-    grads_gib: float
-    optimizer_gib: float
-    optimizer_moments_gib: float  # the part of optimizer_gib created at the first step (Adam moments)
-    reference_gib: float
-    engine_gib: float
-    engine_weights_gib: float
-    engine_asleep_gib: float
-    kv_cache_gib: float | None
-    activations_gib: float
-    forward_activations_gib: float
-    transfer_gib: float
-    reserve_gib: float
-    engine_sleeps: bool
-    sequence_tokens: int
-    kv_bytes_per_token: int
-    generating_gpus: int
-    other_gpus: int
-    engines: int
-    timeline: tuple[PhaseRow, ...]
-    kv_checks: tuple[KVCheck, ...]
-    pinned_host_gib_per_node: float
-    load_host_gib_per_node: float
-    problems: tuple[str, ...] = field(default=())
-    warnings: tuple[str, ...] = field(default=())
-
-    @property
-    def fits(self) -> bool:
-        return not self.problems
-
-    def row(self, phase: str, gpu: str = "generating") -> PhaseRow:
-        for r in self.timeline:
-            if r.phase == phase and r.gpu == gpu:
-                return r
-        raise KeyError((phase, gpu))
-
-    @property
-    def peak(self) -> PhaseRow:
-        return max(self.timeline, key=lambda r: r.total_gib)
-
-    @property
-    def min_margin_gib(self) -> float:
-        return min(r.margin_gib for r in self.timeline)
-
-    @property
-    def generation_gib(self) -> float:
-        return self.row("generation").total_gib
-
-    @property
-    def training_gib(self) -> float:
-        """The heavier of the old/ref and update phases on either kind of GPU."""
-        return max(r.total_gib for r in self.timeline if r.phase in ("old/ref log-probs", "update"))
-
-    @property
-    def max_gpu_memory_utilization(self) -> float:
-        """The largest ``rollout.gpu_memory_utilization`` (two decimals, rounded down) the phases with
-        the engine's whole share have room for."""
-        if self.engine != "vllm":
-            return 1.0
-        share = self.engine_gib
-        need = max(r.total_gib - r.engine_gib for r in self.timeline if r.gpu == "generating" and r.engine_gib == share)
-        return max(0.0, math.floor(100 * (self.gpu_memory_gib - need) / self.gpu_memory_gib) / 100)
-
-    def summary(self) -> str:
-        verdict = "fits" if self.fits else "DOES NOT FIT"
-        p = self.peak
-        return (
-            f"memory plan ({self.model}, TP{self.tp} PP{self.pp} DP{self.dp}, {self.gpu_memory_gib:.1f} GiB per GPU): "
-            f"peak {p.total_gib:.1f} GiB ({p.phase}, {p.gpu} GPU), smallest margin {self.min_margin_gib:.1f} GiB: {verdict}"
-        )
-
-    def format(self) -> str:
-        """The timeline as a table (GiB per GPU) and the parts, KV, host-memory lines."""
-        kv = "-" if self.kv_cache_gib is None else f"{self.kv_cache_gib:.1f}"
-        sleep = "sleeps at level 2 between steps" if self.engine_sleeps else "never sleeps"
-        lines = [
-            self.summary(),
-            f"  parts (stage 0): actor weights {self.weights_gib:.1f}, gradients {self.grads_gib:.1f}, optimizer "
-            f"{self.optimizer_gib:.1f} (Adam moments {self.optimizer_moments_gib:.1f} of it, from the first step), "
-            f"reference {self.reference_gib:.1f}, activations: update {self.activations_gib:.1f}, forward "
-            f"{self.forward_activations_gib:.1f}; refit / import buffers {self.transfer_gib:.1f}; reserve {self.reserve_gib:.1f}",
-            f"  engines: {self.engines} ({self.engine}, TP{self.engine_tp}) on {self.generating_gpus} generating GPUs, "
-            f"{self.other_gpus} other GPUs without one; share {self.engine_gib:.1f} per engine GPU (weights "
-            f"{self.engine_weights_gib:.1f}, KV {kv}); {sleep}",
-            f"  {'phase':18s} {'GPU':10s} {'trainer':>8s} {'cache':>6s} {'engine':>7s} {'reserve':>7s} {'total':>6s} "
-            f"{'margin':>7s}  engine state",
-        ]
-        for r in self.timeline:
-            lines.append(
-                f"  {r.phase:18s} {r.gpu:10s} {r.trainer_gib:8.1f} {r.cache_gib:6.1f} {r.engine_gib:7.1f} "
-                f"{r.reserve_gib:7.1f} {r.total_gib:6.1f} {r.margin_gib:7.1f}  {r.engine_state}"
-            )
-        lines += [f"  KV {k.describe()}" for k in self.kv_checks]
-        lines.append(
-            f"  host memory per node: pinned {self.pinned_host_gib_per_node:.1f} GiB (level-2 sleep keeps nothing); "
-            f"a resumed stage reads the optimizer state into {self.load_host_gib_per_node:.1f} GiB (not pinned)"
-        )
-        lines += [f"  warning: {w}" for w in self.warnings]
-        lines += [f"  problem: {p}" for p in self.problems]
-        return "\n".join(lines)
 
 
 def _stage_params(d: ModelDims, *, tp: int, pp: int, stage: int, trainable: bool, freeze_vision: bool) -> float:
@@ -477,6 +109,25 @@ def _stage_params(d: ModelDims, *, tp: int, pp: int, stage: int, trainable: bool
 REFIT_BUFFERS = 2
 #: GPUs per node, for the host-memory lines.
 GPUS_PER_NODE = 8
+
+
+def save_gather_gib(trainable_params: float, *, dp: int) -> float:
+    """GPU memory (GiB) of megatron-core 0.16.1's ``fully_reshardable`` save gather on one rank.
+
+    ``DistributedOptimizer.sharded_param_state_fully_reshardable`` (without
+    ``distrib_optim_fully_reshardable_mem_efficient``) calls ``get_parameter_state_dp_zero(
+    use_gloo_comm=False, return_on_all_ranks=True)``: for each of ``param``, ``exp_avg``,
+    ``exp_avg_sq`` and each bucket of the gradient buffer (FastRL's DDP has
+    ``overlap_grad_reduce=False``: one bucket, the whole buffer) every DP rank copies its fp32 shard
+    to the GPU (``4 P / dp`` bytes) and ``torch.distributed.all_gather``s it into a list of ``dp``
+    GPU tensors of the shard's size (``4 P``). NCCL's all-gather into a list of separate tensors
+    goes through one flat output buffer that torch allocates and then copies out of
+    (``ProcessGroupNCCL::allgather``): another ``4 P``, counted here, so the estimate errs high.
+    The tensors are freed per state, so the peak is one state's: ``8 P + 4 P / dp`` bytes, ``P``
+    the trainable parameters the rank holds. Host memory: every rank also builds the three
+    world-sized fp32 tensors in host memory (``12 P``).
+    """
+    return (8 * trainable_params + 4 * trainable_params / dp) / GIB
 
 
 def _largest_group_params(d: ModelDims) -> int:
@@ -552,9 +203,14 @@ def estimate_memory(cfg: RunConfig, world_size: int, gpu_memory_gib: float, *, d
             "params": held, "weights": weights, "grads": trainable * 4 / GIB,  # megatron DDP: fp32 gradients
             "main": trainable * main_bytes / shard / GIB, "moments": trainable * moment_bytes / shard / GIB,
             "reference": weights if has_reference else 0.0, "act": act / GIB, "fwd": fwd / GIB,
+            "trainable": trainable,
         }
 
     stages = [stage_parts(s) for s in range(pp)]
+    ck = cfg.checkpoint
+    gathers = ck.save_optimizer and ck.optimizer_format == "fully_reshardable" and par.use_distributed_optimizer
+    # a load fills one tensor at a time: the largest weight group's fp32 state, TP-sharded
+    load_transient = _largest_group_params(dims) * 4 / tp / GIB
     engine_tp = ro.engine_tensor_parallel_size
     transfer = REFIT_BUFFERS * max(ro.refit_bucket_mb * 2**20, _largest_group_params(dims) * param_bytes) / GIB
     kv_heads_per_gpu = max(1, dims.num_key_value_heads // engine_tp)
@@ -590,6 +246,10 @@ def estimate_memory(cfg: RunConfig, world_size: int, gpu_memory_gib: float, *, d
         refit_state = ("weights only" if sleeps else awake_state) if gen else "no engine"
         gen_state = awake_state if gen else "no engine"
         fwd, act = parts["fwd"], parts["act"]
+        # dp_reshardable saves the optimizer's own tensors, copied to the host one by one: no GPU transient
+        save_gather = save_gather_gib(parts["trainable"], dp=dp) if gathers else 0.0
+        save_state = ("awake: weights + KV (a save follows a validation)" if ro.engine == "vllm" else awake_state) \
+            if gen else "no engine"
         # (phase, trainer allocated, reserved transient since the last empty_cache, engine, its state)
         # from the first refit on, the engine's other TP workers hold a context on the source GPU
         contexts = (per_group_generating - 1) * IPC_CONTEXT_GIB if gen and ro.engine == "vllm" else 0.0
@@ -605,6 +265,12 @@ def estimate_memory(cfg: RunConfig, world_size: int, gpu_memory_gib: float, *, d
             # empty_cache after the update: the cache drops to what is allocated; the buffers are allocated
             ("refit", full + transfer, transfer, refit_engine + contexts, refit_state),
             ("validation", full, 0.0, awake + contexts, gen_state),
+            # every save follows a validation (or a verified refit), which leaves the engine awake;
+            # fully_reshardable gathers each fp32 state of the rank's whole gradient buffer on the GPU
+            ("save", full + save_gather, 0.0, awake + contexts, save_state),
+            # a resumed stage loads the checkpoint (the Adam moments appear) before its freshly
+            # started engine sleeps: the engine holds its whole share
+            ("resume load", full + load_transient, transfer, awake, "started: its whole share" if gen else "no engine"),
             # the checkpoint loaded (Adam moments exist), the engine started and put to sleep, the refit
             ("resumed stage", full + transfer, transfer, refit_engine + contexts,
              ("started, asleep, refit: " + refit_state) if gen else "no engine"),
@@ -650,7 +316,8 @@ def estimate_memory(cfg: RunConfig, world_size: int, gpu_memory_gib: float, *, d
         transfer_gib=transfer, reserve_gib=reserve_gib, engine_sleeps=sleeps, sequence_tokens=seq,
         kv_bytes_per_token=kv_bytes_per_token, generating_gpus=generating_gpus, other_gpus=other_gpus,
         engines=engines, timeline=tuple(timeline), kv_checks=tuple(kv_checks), pinned_host_gib_per_node=0.0,
-        load_host_gib_per_node=load_host,
+        load_host_gib_per_node=load_host, save_gathers=gathers,
+        save_gather_gib=save_gather_gib(s0["trainable"], dp=dp) if gathers else 0.0,
     )
     return _with_problems(plan)
 
@@ -658,7 +325,13 @@ def estimate_memory(cfg: RunConfig, world_size: int, gpu_memory_gib: float, *, d
 def _with_problems(p: MemoryPlan) -> MemoryPlan:
     problems, warnings = [], []
     for r in p.timeline:
-        if r.total_gib > p.gpu_memory_gib:
+        if r.total_gib > p.gpu_memory_gib and r.phase == "save" and p.save_gathers:
+            problems.append(
+                f"{r.describe()} > {p.gpu_memory_gib:.1f} GiB per GPU: checkpoint.optimizer_format=fully_reshardable "
+                f"gathers each fp32 optimizer state of the rank's gradient buffer on the GPU while saving "
+                f"({p.save_gather_gib:.1f} GiB on stage 0); set checkpoint.optimizer_format=dp_reshardable (no gather; "
+                f"a run then resumes at the same TP/PP sizes)")
+        elif r.total_gib > p.gpu_memory_gib:
             hint = (
                 f"; rollout.gpu_memory_utilization must be <= {p.max_gpu_memory_utilization:.2f} here"
                 if r.gpu == "generating" and p.engine == "vllm" and r.engine_gib == p.engine_gib else ""
@@ -731,7 +404,10 @@ def dry_run_report(cfg: RunConfig) -> str:
         )
     gib = cfg.parallel.gpu_memory_gib or H100_80GB_GIB
     plan = estimate_memory(cfg, cfg.parallel.world_size, gib, dims=dims)
+    from fastrl.models.stop_budget import estimate_stop_budget
+
     table = "\n".join(f"# {line}" for line in plan.format().splitlines())
+    table += "\n# " + estimate_stop_budget(cfg, plan, dims, cfg.parallel.world_size).describe()
     if cfg.parallel.gpu_memory_gib is None:
         table += "\n# (parallel.gpu_memory_gib not set: an H100 80GB assumed, not enforced; start-up checks the device)"
     return table

@@ -28,16 +28,17 @@ sampling parameters (built by the server from the request) and the result assemb
 
 Sampling: one vLLM request per prompt with ``n = n_per_prompt[i]`` (prompts with ``n = 0`` are not
 sent), temperature / top-p / top-k / max tokens / stop tokens, the sampled token's log-prob, token
-suppression through ``allowed_token_ids`` (the set of
-:func:`fastrl.rollout.hf_engine.suppressed_token_ids`), one seed per prompt drawn here. The engine's
+suppression (the few ids of :func:`fastrl.rollout.hf_engine.suppressed_token_ids`, sent once at
+start-up; the server masks them with a ``logit_bias`` of -inf, :func:`check_suppression_size`), one
+seed per prompt drawn here. The engine's
 log-probs follow the rollouts' sampling temperature ``T`` (``sampling_temperature``, fixed when the
 engine starts, since vLLM's ``logprobs_mode`` is an engine setting):
 
 * ``T = 1``: ``logprobs_mode="raw_logprobs"``, ``log softmax(logits)`` before truncation and
   suppression -- the project's definition (:mod:`fastrl.rollout.engine`).
 * ``T`` other than 0 and 1: ``logprobs_mode="processed_logprobs"``, ``log softmax(logits / T)`` after
-  vLLM's logits processors, whose ``allowed_token_ids`` mask makes it a softmax over the tokens
-  sampling may produce. That differs from the project's full-vocabulary definition by
+  vLLM's logits processors, whose -inf ``logit_bias`` on the suppressed ids makes it a softmax over
+  the tokens sampling may produce. That differs from the project's full-vocabulary definition by
   ``-log(1 - q)``, ``q`` the tempered probability of the suppressed tokens (about 0 for a model that
   does not emit them; ``mismatch/*`` measures it). top-k / top-p would truncate it too: with such a
   temperature they are refused (here and by ``RolloutConfig``).
@@ -129,6 +130,33 @@ def resolve_engine_python(python: str | os.PathLike) -> Path:
     return path
 
 
+#: The most token ids one vLLM request may suppress: vLLM 0.32's GPU model runner (V2, the runner
+#: of every CUDA machine) refuses a request with more ``logit_bias`` entries
+#: (``vllm/v1/worker/gpu/sample/logit_bias.py``, ``MAX_NUM_LOGIT_BIAS_TOKENS``; its limit on
+#: ``allowed_token_ids``, ``MAX_NUM_ALLOWED_TOKEN_IDS``, is the same 1,024, which is why the engine
+#: sends the few suppressed ids rather than the ~151,600 allowed ones of a Qwen vocabulary).
+#: ``tests/vllm/test_sampling_requests.py`` checks it against the installed vLLM.
+MAX_SUPPRESSED_TOKEN_IDS = 1024
+
+
+def check_suppression_size(suppressed_ids: Sequence[int], model_path: str | os.PathLike) -> None:
+    """Refuse, before the engine starts, a model whose suppressed token ids (vision, bos / pad /
+    unk, the padded vocabulary beyond the tokenizer: :func:`fastrl.rollout.hf_engine.suppressed_token_ids`)
+    are more than one vLLM request can carry (:data:`MAX_SUPPRESSED_TOKEN_IDS`). The CPU runner
+    (V1) has no such limit: without this check such a model would train on CPU and fail at the
+    first generate on a GPU. Qwen2.5-VL-7B suppresses 401 ids (399 of them its padded vocabulary).
+
+    Raises:
+        EngineStartError: more than :data:`MAX_SUPPRESSED_TOKEN_IDS` ids, with the count and the cause.
+    """
+    if len(suppressed_ids) > MAX_SUPPRESSED_TOKEN_IDS:
+        raise EngineStartError(
+            f"{model_path}: {len(suppressed_ids)} token ids to suppress (vision, bos/pad/unk, and the padded "
+            f"vocabulary between the tokenizer's length and config.json vocab_size) > {MAX_SUPPRESSED_TOKEN_IDS}, "
+            f"the most logit_bias entries vLLM's GPU model runner accepts per request; use a model whose "
+            f"vocab_size is within about {MAX_SUPPRESSED_TOKEN_IDS} of its tokenizer's length, or rollout.engine=hf")
+
+
 class EngineProcessClient:
     """A vLLM engine in a child process (see the module docstring).
 
@@ -196,8 +224,7 @@ class EngineProcessClient:
         stop = default_stop_token_ids(self.model_path, config)
         self.suppressed_ids = suppressed_token_ids(config, self.tokenizer, special_tokens=suppress_special_tokens,
                                                    stop_token_ids=stop)
-        suppressed = set(self.suppressed_ids)
-        allowed = [i for i in range(len(self.tokenizer)) if i not in suppressed] if suppressed else None
+        check_suppression_size(self.suppressed_ids, self.model_path)
         self.timeout_s = float(timeout_s)
         self.startup_timeout_s = float(startup_timeout_s)
         self.restart_retries = int(restart_retries)
@@ -213,7 +240,7 @@ class EngineProcessClient:
             llm_kwargs = with_pixel_bounds(llm_kwargs, min_pixels, max_pixels)
         self._spec = {
             "model": str(self.model_path), "tokenizer": str(tokenizer_dir), "seed": int(seed),
-            "allowed_token_ids": allowed, "stop_token_ids": list(stop), "llm_kwargs": llm_kwargs,
+            "suppressed_token_ids": list(self.suppressed_ids), "stop_token_ids": list(stop), "llm_kwargs": llm_kwargs,
             "logprobs_mode": "raw_logprobs" if self.sampling_temperature == 1.0 else "processed_logprobs",
         }
         self._env = dict(env or {})

@@ -5,9 +5,9 @@ Usage (started by :class:`fastrl.rollout.engine_client.EngineProcessClient`, nev
     <engine_python> fastrl/rollout/engine_server.py --fd N --spec SPEC_JSON --parent-pid PID
 
 It imports only the standard library, torch, vllm (and two of vLLM's own dependencies: safetensors
-for the initial weight sums, PIL for prompts with images) and its sibling ``engine_wire.py`` (loaded
-by path), never ``fastrl`` itself: the engine environment (``.venv-vllm`` on CPU; the cluster's
-vLLM environment on GPU) has transformers 5 and no megatron.
+for the initial weight sums, PIL for prompts with images) and its siblings ``engine_wire.py`` and
+``engine_settings.py`` (loaded by path), never ``fastrl`` itself: the engine environment
+(``.venv-vllm`` on CPU; the cluster's vLLM environment on GPU) has transformers 5 and no megatron.
 
 Weight transports (:mod:`fastrl.rollout.refit_transport`): ``load_weights`` (shared-memory bucket
 files; CPU, tested) and ``load_weights_ipc`` (CUDA IPC handles of one flat bucket buffer, one per
@@ -52,16 +52,20 @@ os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-def _load_wire():
-    path = Path(__file__).with_name("engine_wire.py")
-    spec = importlib.util.spec_from_file_location("fastrl_engine_wire", path)
+def _load_sibling(name: str):
+    """``fastrl/rollout/<name>.py`` loaded by path (this script cannot import fastrl)."""
+    path = Path(__file__).with_name(f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"fastrl_{name}", path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules["fastrl_engine_wire"] = module
+    sys.modules[f"fastrl_{name}"] = module
     spec.loader.exec_module(module)
     return module
 
 
-wire = _load_wire()
+wire = _load_sibling("engine_wire")
+_settings = _load_sibling("engine_settings")  # how this engine configures vLLM and its requests
+VLLM_CPU_STEP_TOKENS, whole_prefills, suppression_bias = (
+    _settings.VLLM_CPU_STEP_TOKENS, _settings.whole_prefills, _settings.suppression_bias)
 
 
 def die_with_parent(parent_pid: int) -> None:
@@ -84,33 +88,23 @@ def die_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
 
 
-#: vLLM 0.32's default token budget of one scheduler step for ``LLM`` on CPU
-#: (``EngineArgs.get_batch_defaults``: 4096 per tensor-parallel worker).
-VLLM_CPU_STEP_TOKENS = 4096
+#: vLLM 0.32's layerwise weight reload (its GPU runner) logs ``<Layer>: Failed to load weights`` at
+#: WARNING for every module of the model that a ``reload_weights`` call did not carry
+#: (``vllm/model_executor/model_loader/reload/layerwise.py``, ``finalize_layerwise_processing``):
+#: with refits in buckets that is every module outside the bucket, once per bucket -- for 7B about
+#: 0.7 GB of engine log over 200 steps, in the temporary folder. Whether every weight arrived is
+#: what the refit's per-group sums and the probe check; this logger keeps only its errors.
+RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
 
 
-def whole_prefills(kwargs: dict) -> dict:
-    """``llm_kwargs`` for vLLM on CPU with every prompt prefilled in one scheduler step.
+def quiet_reload_log(worker=None) -> str:
+    """Set :data:`RELOAD_LOGGER` to ERROR in this process (run in every vLLM worker through
+    ``collective_rpc``: with ``tensor_parallel_size > 1`` they are processes of their own). Returns
+    the logger's name."""
+    import logging
 
-    vLLM 0.32 splits a prefill over steps when the step's token budget runs out (chunked prefill);
-    the partial steps' sampled tokens are discarded, and for a seeded request the model runner
-    rewinds its generator with ``Generator.get_offset()``, which a CPU generator does not have:
-    ``RuntimeError: CPU Generator does not use offset`` (``vllm/v1/worker/gpu_model_runner.py``).
-    Every sampled request of this engine is seeded (:meth:`EngineProcessClient.generate`), so any
-    step whose prompts exceed the budget (8 prompts x n=8 x 82 tokens > 4096) would fail. With
-    chunked prefill off a request waits for a step with room for its whole prompt; the budget is
-    raised to ``max_model_len`` where that is larger, as vLLM requires.
-
-    Raises:
-        ValueError: ``enable_chunked_prefill=True`` was asked for.
-    """
-    if kwargs.get("enable_chunked_prefill"):
-        raise ValueError("enable_chunked_prefill=True: vLLM on CPU cannot chunk the prefill of a seeded request "
-                         "(RuntimeError: CPU Generator does not use offset); leave it out")
-    workers = int(kwargs.get("tensor_parallel_size") or 1)
-    budget = int(kwargs.get("max_num_batched_tokens") or VLLM_CPU_STEP_TOKENS * workers)
-    return {**kwargs, "enable_chunked_prefill": False,
-            "max_num_batched_tokens": max(budget, int(kwargs.get("max_model_len") or 0))}
+    logging.getLogger(RELOAD_LOGGER).setLevel(logging.ERROR)
+    return RELOAD_LOGGER
 
 
 class Server:
@@ -127,15 +121,18 @@ class Server:
         kwargs.update(model=spec["model"], tokenizer=spec["tokenizer"], seed=int(spec["seed"]),
                       logprobs_mode=spec["logprobs_mode"])  # the client's choice (engine_client docstring)
         self.llm = LLM(**kwargs)
+        quiet_reload_log()
+        self.llm.collective_rpc(quiet_reload_log)  # each worker's own logger
+        print(f"engine: {RELOAD_LOGGER} kept at ERROR (one warning per module per refit bucket otherwise)", flush=True)
         self.engine_workers = int(kwargs.get("tensor_parallel_size") or 1)  # each opens its own IPC handle
-        self.allowed_ids = spec.get("allowed_token_ids")
+        self.suppression = suppression_bias(spec["suppressed_token_ids"])
         self.sleep_enabled = bool(kwargs.get("enable_sleep_mode"))
         self.asleep = False
         self.weights_awake = True
         self._maps: dict[str, tuple[int, mmap.mmap]] = {}
         self.received: dict[str, float] = {}  # sums of squares per weight received by refits
         self.weight_version = 0  # refits loaded (set_weight_version, after each refit's last bucket)
-        self.default_stop = [int(t) for t in spec["stop_token_ids"]]  # the client's, which shaped allowed_token_ids
+        self.default_stop = [int(t) for t in spec["stop_token_ids"]]  # the client's, which shaped the suppression
 
     def _model_sums(self, skip: set[str]) -> dict[str, float]:
         """Sums of squares of the model directory's weights not in ``skip``, read when asked for
@@ -174,7 +171,7 @@ class Server:
             SamplingParams(
                 n=int(n), temperature=s["temperature"], top_p=s["top_p"], top_k=s["top_k"] if s["top_k"] > 0 else 0,
                 max_tokens=s["max_tokens"], stop_token_ids=list(stop), ignore_eos=True, logprobs=0,
-                seed=int(seed), allowed_token_ids=self.allowed_ids, detokenize=False,
+                seed=int(seed), logit_bias=self.suppression, detokenize=False,
             )
             for n, seed in zip(req["sizes"], req["seeds"])
         ]

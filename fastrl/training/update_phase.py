@@ -235,7 +235,7 @@ def _verify(engine: "VerifiableEngine", actor: "Actor") -> Metrics:
     probe: Any = None
     if source:
         try:
-            probe = make_probe(engine.tokenizer, engine.suppressed_ids)
+            probe = make_probe(engine.tokenizer, engine.suppressed_ids, engine)  # the engine's greedy responses
         except Exception as err:  # noqa: BLE001 - the peers raise it too, instead of waiting for a probe
             probe = err
     probe = collectives.broadcast_object_model_parallel(probe)

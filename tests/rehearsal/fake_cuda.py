@@ -45,7 +45,7 @@ class FakeCuda:
                 "get_rng_state", "set_rng_state")
 
     def __init__(self, device_count: int = 8, *, visible: str | None = None,
-                 total_bytes: int | Sequence[int] = 80 * 2**30) -> None:
+                 total_bytes: int | Sequence[int] = 80 * 2**30, fragmented_bytes: int = 0) -> None:
         self.device_count_value = device_count
         self.visible = visible
         self.total_bytes = [total_bytes] * device_count if isinstance(total_bytes, int) else list(total_bytes)
@@ -54,6 +54,10 @@ class FakeCuda:
         self.current = 0
         self.allocated = 0
         self.reserved = 0
+        #: cached bytes in segments that still hold a live block: ``empty_cache`` cannot return them
+        #: (torch's caching allocator releases whole segments only), as on a real GPU after a
+        #: fragmenting phase; 0 models a perfect release
+        self.fragmented_bytes = fragmented_bytes
         self.rng_state = torch.zeros(16, dtype=torch.uint8)
         self.calls: list[tuple[Any, ...]] = []
 
@@ -77,7 +81,7 @@ class FakeCuda:
 
     def empty_cache(self) -> None:
         self.calls.append(("empty_cache",))
-        self.reserved = self.allocated
+        self.reserved = self.allocated + min(self.fragmented_bytes, self.reserved - self.allocated)
 
     def synchronize(self, device: Any = None) -> None:
         self.calls.append(("synchronize",))
@@ -219,6 +223,10 @@ class RecordingLLM:
     def __init__(self, tensor_parallel_size: int = 1) -> None:
         self.tensor_parallel_size = tensor_parallel_size
         self.calls: list[tuple] = []
+        # vLLM's sleep mode as the engine sees it: what is awake, and whether the weights hold data
+        # (a level-2 sleep discards them: awake again they are allocated but unfilled until a reload)
+        self.weights_awake = self.kv_awake = True
+        self.weights_valid = True
         self.loaded: dict[str, torch.Tensor] = {}
         self.payload_types: list[type] = []
         self.pickled_cuda_tensors = 0
@@ -231,9 +239,26 @@ class RecordingLLM:
 
     def sleep(self, level: int) -> None:
         self.calls.append(("sleep", level))
+        self.weights_awake = self.kv_awake = False
+        if level == 2:
+            self.weights_valid = False
 
     def wake_up(self, tags: Any = None) -> None:
         self.calls.append(("wake_up", tuple(tags) if tags else None))
+        if not tags or "weights" in tags:
+            self.weights_awake = True
+        if not tags or "kv_cache" in tags:
+            self.kv_awake = True
+
+    def generate(self, requests: Any = (), sampling_params: Any = None, use_tqdm: bool = False) -> list:
+        """Refuses what a sleeping vLLM cannot do: generate with its KV cache or weights asleep, or
+        from weights a level-2 sleep discarded and no reload refilled. Records ``("generate",)``."""
+        if not (self.weights_awake and self.kv_awake):
+            raise RuntimeError(f"generate while asleep (weights awake: {self.weights_awake}, KV cache awake: {self.kv_awake})")
+        if not self.weights_valid:
+            raise RuntimeError("generate from weights a level-2 sleep discarded, with no reload since")
+        self.calls.append(("generate",))
+        return []
 
     def collective_rpc(self, method: Any, timeout: float | None = None, args: tuple = (), kwargs: dict | None = None) -> list:
         import pickle
@@ -274,7 +299,10 @@ class FakeWorker:
         self.model_runner = types.SimpleNamespace(get_model=lambda: types.SimpleNamespace())
 
     def reload_weights(self, weights_iterator: Any = None, **_: Any) -> None:
+        if not self.llm.weights_awake:
+            raise RuntimeError("reload_weights into sleeping weights (wake_up(tags=['weights']) first)")
         items = [(name, torch.Tensor(t).clone()) for name, t in weights_iterator]
+        self.llm.weights_valid = True  # what the refit carries is filled (a refit carries every weight)
         self.reloaded += len(items)
         if self.rank == 0:
             self.llm.loaded.update(items)

@@ -72,8 +72,8 @@ def test_generating_rank_sleeps_level_2_and_refit_wakes_weights_only(monkeypatch
     gpu_pack(monkeypatch)
     monkeypatch.setattr(update_phase, "export_hf_weights", exporter([]))
     client, server, llm = gpu_engine(monkeypatch)
-    monkeypatch.setattr(server, "op_generate", lambda req: llm.calls.append(("generate",)) or {"outputs": [], "time_s": 0.0},
-                        raising=False)
+    monkeypatch.setattr(server, "op_generate", lambda req: llm.generate() or {"outputs": [], "time_s": 0.0},
+                        raising=False)  # RecordingLLM.generate refuses a sleeping engine or discarded weights
     monkeypatch.setattr(client, "generate", lambda *a, **k: client._call({"op": "generate"}), raising=False)
     monkeypatch.setattr(SamplingParams, "for_training", classmethod(lambda cls, ro, seed: None))
     prompts = types.SimpleNamespace(prompt_of=lambda r: r)
@@ -111,8 +111,8 @@ def test_a_resumed_stage_sleeps_its_fresh_engine_before_the_resume_refit(monkeyp
     gpu_pack(monkeypatch)
     monkeypatch.setattr(update_phase, "export_hf_weights", exporter([]))
     client, server, llm = gpu_engine(monkeypatch)
-    monkeypatch.setattr(server, "op_generate", lambda req: llm.calls.append(("generate",)) or {"outputs": [], "time_s": 0.0},
-                        raising=False)
+    monkeypatch.setattr(server, "op_generate", lambda req: llm.generate() or {"outputs": [], "time_s": 0.0},
+                        raising=False)  # RecordingLLM.generate refuses a sleeping engine or discarded weights
     monkeypatch.setattr(client, "generate", lambda *a, **k: client._call({"op": "generate"}), raising=False)
     monkeypatch.setattr(SamplingParams, "for_training", classmethod(lambda cls, ro, seed: None))
     actor = stub_actor()

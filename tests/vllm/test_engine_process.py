@@ -226,7 +226,7 @@ def test_seeded_prompts_over_one_steps_budget(setup):
     """Seeded sampling of prompts whose tokens exceed one scheduler step's budget (512 here; vLLM's
     CPU default is 4096, which 8 prompts x n=8 of 82 tokens exceed): vLLM 0.32 split a prefill
     over steps and, rewinding the seeded generator of the split request, raised "CPU Generator
-    does not use offset"; the server keeps every prefill whole (engine_server.whole_prefills)."""
+    does not use offset"; the server keeps every prefill whole (engine_settings.whole_prefills)."""
     c = setup["client"]
     c.update_weights(setup["weights"].items())
     prompts = []
@@ -293,7 +293,7 @@ def test_engine_dies_with_a_killed_parent(setup, tmp_path):
 
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({"model": str(setup["model_dir"]), "tokenizer": str(setup["model_dir"] / "tokenizer"),
-                                "seed": 0, "allowed_token_ids": None, "stop_token_ids": [0], "logprobs_mode": "raw_logprobs", "llm_kwargs": LLM_KWARGS}))
+                                "seed": 0, "suppressed_token_ids": [], "stop_token_ids": [0], "logprobs_mode": "raw_logprobs", "llm_kwargs": LLM_KWARGS}))
     code = (
         "import os, socket, subprocess, sys, time\n"
         "a, b = socket.socketpair()\n"

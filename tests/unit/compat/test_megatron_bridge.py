@@ -152,3 +152,76 @@ def test_mrope_section_missing_from_the_config_is_an_error():
     config = types.SimpleNamespace(text_config=types.SimpleNamespace(rope_scaling={"type": "default"}))
     with pytest.raises(ValueError, match="mrope_section"):
         megatron_bridge.set_mrope_section(provider, config)
+
+
+# Transformer Engine 2.11 with its core but without its torch extension: the package's __init__
+# (as TE's own) tolerates the missing extension with a warning; its pytorch subpackage raises what
+# TE's load_framework_extension raises when the shared object is missing.
+_TE_WITHOUT_EXTENSION = {
+    "transformer_engine/__init__.py": (
+        "import warnings\n"
+        "try:\n"
+        "    from . import pytorch\n"
+        "except FileNotFoundError:\n"
+        "    warnings.warn('could not find the shared object file for the Transformer Engine PyTorch extension', RuntimeWarning)\n"),
+    "transformer_engine/pytorch/__init__.py": (
+        "raise FileNotFoundError('Could not find shared object file for Transformer Engine torch lib.')\n"),
+}
+
+_RUN_WITHOUT_EXTENSION = """
+import json, sys, warnings
+warnings.filterwarnings("ignore")
+from fastrl.config import ConfigError, ParallelConfig, PrecisionConfig, transformer_engine_available
+from fastrl.distributed import parallel_state
+from fastrl.models.layer_spec import choose_layers
+
+context = parallel_state.initialize(ParallelConfig(), seed=0)   # megatron-core's first import
+refusals = {}
+for name, kwargs in (("fp8", {"precision": PrecisionConfig(mode="fp8")}),
+                     ("sp", {"precision": PrecisionConfig(mode="bf16"), "sequence_parallel": True})):
+    try:
+        choose_layers(**kwargs)
+    except ConfigError as err:
+        refusals[name] = str(err)
+print(json.dumps({"bf16": choose_layers(PrecisionConfig(mode="bf16")).impl, "refusals": refusals,
+                  "te_available": transformer_engine_available(), "te_module": repr(sys.modules.get("transformer_engine"))}))
+"""
+
+
+def test_transformer_engine_without_its_torch_extension_runs_bf16_on_local_layers(tmp_path):
+    """Transformer Engine's core installed, its torch extension not built (a fake ``transformer_engine``
+    package whose ``pytorch`` raises ``FileNotFoundError`` on import, as TE 2.11 does): the run's
+    first megatron-core import and the bridge import go through, bf16 takes the local layers, FP8
+    and sequence parallelism are refused naming the missing extension, and one warning line says so.
+
+    catches: ``hide_unusable_transformer_engine`` not called before megatron-core's first import
+    (main before the fix: ``FileNotFoundError: Could not find shared object file for Transformer
+    Engine torch lib.`` from ``import megatron.core``, which megatron-core's ``except ImportError``
+    does not catch), or ``import_auto_bridge`` restoring no block after its stand-ins (the next
+    megatron import raises it again)."""
+    for rel, text in _TE_WITHOUT_EXTENSION.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(REPO), str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", _RUN_WITHOUT_EXTENSION], env=env, capture_output=True, text=True,
+                          timeout=240, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["bf16"] == "local" and out["te_available"] is False and out["te_module"] == "None"
+    for name in ("fp8", "sp"):
+        assert "its PyTorch layers do not import (FileNotFoundError: Could not find shared object file" in out["refusals"][name]
+        assert "requirements/gpu-trainer-te.txt" in out["refusals"][name]
+    lines = [ln for ln in proc.stderr.splitlines() if "Transformer Engine is installed but its PyTorch layers do not import" in ln]
+    assert len(lines) == 1, proc.stderr[-3000:]
+
+
+def test_nothing_is_hidden_where_transformer_engine_is_not_installed():
+    """Without Transformer Engine (these machines) the probe hides nothing and says nothing.
+
+    catches: a probe that blocks ``transformer_engine`` in ``sys.modules`` where it is merely
+    absent (the later stand-in import of megatron-bridge would then find its block in place)."""
+    assert not megatron_bridge._have("transformer_engine")
+    assert megatron_bridge.hide_unusable_transformer_engine() is None
+    assert megatron_bridge.transformer_engine_unusable_reason() is None
+    assert "transformer_engine" not in sys.modules

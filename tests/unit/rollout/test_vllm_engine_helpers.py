@@ -269,7 +269,7 @@ def test_engine_client_sends_samplable_stop_tokens_and_the_log_prob_mode(eos_is_
     c = engine_client.EngineProcessClient(d, python=sys.executable, sampling_temperature=temperature)
     try:
         assert c._spec["stop_token_ids"] == [pad] and pad not in c.suppressed_ids
-        assert pad in c._spec["allowed_token_ids"]
+        assert pad not in c._spec["suppressed_token_ids"]
         assert c._spec["logprobs_mode"] == mode
     finally:
         c._closed = True
@@ -283,3 +283,53 @@ def test_hf_engine_keeps_the_only_stop_token_samplable(eos_is_pad_dir):
     d, pad = eos_is_pad_dir
     engine = HFRolloutEngine.from_pretrained(d, RolloutConfig(seed=0))
     assert engine.default_stop_token_ids == (pad,) and pad not in engine.suppressed_ids
+
+
+def test_engine_client_refuses_more_suppressed_ids_than_a_vllm_request_carries(eos_is_pad_dir, monkeypatch, tmp_path):
+    """A model whose config vocab_size exceeds its tokenizer by more than vLLM's V2 runner accepts
+    in one request's ``logit_bias`` is refused before the engine starts, naming the count.
+
+    catches: ``check_suppression_size`` not called (the engine would start and its GPU runner
+    refuse the first generate; the CPU runner, V1, has no limit, so no CPU run shows it)."""
+    import json
+    import shutil
+
+    d = tmp_path / "wide"
+    shutil.copytree(eos_is_pad_dir[0], d)
+    config = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**config, "vocab_size": config["vocab_size"] + 1100}))
+    started = []
+    monkeypatch.setattr(engine_client.EngineProcessClient, "_start", lambda self: started.append(1))
+    with pytest.raises(engine_client.EngineStartError, match=r"token ids to suppress .* > 1024, the most logit_bias"):
+        engine_client.EngineProcessClient(d, python=sys.executable)
+    assert not started
+
+
+def test_engine_server_suppresses_by_a_minus_infinity_logit_bias(server_module):
+    """The server's suppression is a -inf ``logit_bias`` per suppressed id (None when there is none).
+
+    catches: a finite bias (vLLM's OpenAI path clamps to -100: the token keeps a little mass and
+    processed log-probs change), or an empty dict instead of None."""
+    import math
+
+    bias = server_module.suppression_bias([3, 7])
+    assert bias == {3: -math.inf, 7: -math.inf}
+    assert server_module.suppression_bias([]) is None
+
+
+def test_engine_keeps_the_layerwise_reload_log_to_errors(server_module):
+    """vLLM's layerwise reload warns once per module a bucket does not carry (per bucket, per
+    refit): the server sets that logger to ERROR in its process and, through ``collective_rpc``,
+    in every worker.
+
+    catches: the engine log growing by a line per module per bucket (about 0.7 GB over 200 7B steps)."""
+    import logging
+
+    from tests.rehearsal.fake_cuda import RecordingLLM
+
+    name = server_module.RELOAD_LOGGER
+    assert name == "vllm.model_executor.model_loader.reload.layerwise"
+    logging.getLogger(name).setLevel(logging.NOTSET)
+    llm = RecordingLLM(tensor_parallel_size=2)
+    assert llm.collective_rpc(server_module.quiet_reload_log) == [name, name]
+    assert logging.getLogger(name).level == logging.ERROR
