@@ -126,6 +126,27 @@ def _mul_small(r, n, it):
     return (a, b), f"{n} has {a} {box} with {b} {it} in each. How many {it} does {n} have?", a * b
 
 
+def _mul_wide(r, n, it):
+    a, b, box = r.randint(2, 12), r.randint(26, 50), r.choice(CONTAINERS)
+    return (a, b), f"{n} has {a} {box} with {b} {it} in each. How many {it} does {n} have?", a * b
+
+
+def _mul_add_wide(r, n, it):
+    a, b, c, box = r.randint(2, 6), r.randint(2, 6), r.randint(13, 30), r.choice(CONTAINERS)
+    return (a, b, c), (f"{n} has {a} {box} with {b} {it} in each, and {c} more {it} on the table. "
+                       f"How many {it} does {n} have in all?"), a * b + c
+
+
+def _add_twenties(r, n, it):
+    a, b = r.randint(21, 40), r.randint(2, 9)
+    return (a, b), f"{n} has {a} {it}. {_he(n)} gets {b} more {it}. How many {it} does {n} have now?", a + b
+
+
+def _sub_teen(r, n, it):
+    a, b = r.randint(20, 39), r.randint(2, 9)
+    return (a, b), f"{n} has {a} {it}. {_he(n)} gives {b} {it} to a friend. How many {it} does {n} have left?", a - b
+
+
 def _add_add_small(r, n, it):
     a, b, c = r.randint(2, 9), r.randint(2, 9), r.randint(2, 9)
     return (a, b, c), (f"{n} has {a} {it}. {_he(n)} buys {b} more {it} and then finds {c} more. "
@@ -147,6 +168,17 @@ KINDS: dict[str, tuple[int, Callable]] = {
     "sub_small": (1, _sub_small),
     "mul_small": (1, _mul_small),
     "add_add_small": (2, _add_add_small),
+    "mul_wide": (1, _mul_wide),
+    "mul_add_wide": (2, _mul_add_wide),
+    "add_twenties": (1, _add_twenties),
+    "sub_teen": (1, _sub_teen),
+}
+
+#: kinds that tell the same story (one template): the same numbers make the same problem whatever
+#: the kind's own range; a problem's identity is (its family, its numbers) (:func:`problem_key`)
+FAMILY: dict[str, str] = {
+    "add_small": "add", "add_teen": "add", "add_twenties": "add", "sub_small": "sub", "sub_teen": "sub",
+    "mul_small": "mul", "mul_wide": "mul", "add_add_small": "add_add", "mul_add_wide": "mul_add",
 }
 
 #: the kinds the splits hold and their weights in the mix, chosen from the probe of every kind
@@ -157,8 +189,29 @@ KINDS: dict[str, tuple[int, Callable]] = {
 MIX: dict[str, int] = {"mul": 3, "mul_add": 3, "add": 4, "add_sub": 3, "add_teen": 1, "sub_small": 1}
 
 
-def kind_problems(kind: str, count: int, seed: int = SEED) -> list[Problem]:
-    """``count`` distinct problems (by numbers) of one kind, drawn with ``seed``.
+#: the larger held-out test split (``recipes/data/word_arith_test_large.jsonl``): the 300 problems of
+#: ``word_arith_test.jsonl`` first, unchanged (the named subset ``test300``: ``data.test_size=300``
+#: evaluates exactly them), then LARGE_MIX's 1,500 problems (subset ``new``), drawn with LARGE_SEED
+#: in this order (the narrow kinds first: a kind's draws exclude the problems of the kinds of its
+#: story drawn before it). Per kind: the training mix's kinds as far as their distinct problems reach
+#: (add_teen, sub_small, mul and mul_add are nearly used up by the three splits), and wider number
+#: ranges of the same stories for the rest (mul_wide, mul_add_wide, add_twenties, sub_teen: numbers
+#: the training split never holds, so the new subset also asks how far the training generalizes)
+LARGE_SEED = 4801
+LARGE_MIX: dict[str, int] = {"add_teen": 10, "sub_small": 25, "mul": 50, "mul_add": 60, "add_twenties": 130, "add": 350,
+                             "add_sub": 300, "mul_wide": 200, "mul_add_wide": 225, "sub_teen": 150}
+TEST300 = "test300"
+
+
+def problem_key(kind: str, numbers: tuple[int, ...]) -> tuple[str, tuple[int, ...]]:
+    """A problem's identity: its story (:data:`FAMILY`, else the kind) and its numbers. Two problems
+    with one key differ at most in the name and the item."""
+    return FAMILY.get(kind, kind), tuple(numbers)
+
+
+def kind_problems(kind: str, count: int, seed: int = SEED, exclude: frozenset = frozenset()) -> list[Problem]:
+    """``count`` distinct problems (by numbers) of one kind, drawn with ``seed``, none whose
+    :func:`problem_key` is in ``exclude``.
 
     Raises ValueError when the kind's number ranges hold fewer than ``count`` distinct problems
     (10,000 draws in a row without a new one)."""
@@ -170,11 +223,12 @@ def kind_problems(kind: str, count: int, seed: int = SEED) -> list[Problem]:
     while len(out) < count:
         name, item = r.choice(NAMES), r.choice(ITEMS)
         numbers, text, answer = make(r, name, item)
-        if numbers in seen:
+        if numbers in seen or problem_key(kind, numbers) in exclude:
             misses += 1
             if misses > 10_000:
-                raise ValueError(f"word_arith: kind {kind!r} has only {len(seen)} distinct problems, {count} "
-                                 f"were asked for; lower its weight in MIX or the split sizes in SPLITS")
+                besides = f" besides the {len(exclude)} excluded" if exclude else ""
+                raise ValueError(f"word_arith: kind {kind!r} has only {len(seen)} distinct problems{besides}, {count} "
+                                 f"were asked for; lower its weight in MIX or LARGE_MIX or the split sizes in SPLITS")
             continue
         misses = 0
         seen.add(numbers)
@@ -211,9 +265,38 @@ def split_records(seed: int = SEED) -> dict[str, list[dict]]:
     return out
 
 
+def record_key(row: dict) -> tuple[str, tuple[int, ...]]:
+    """:func:`problem_key` of a split record (its numbers read from the text in order: every story
+    states its numbers once, in the order of the kind's numbers)."""
+    return problem_key(row["kind"], tuple(int(x) for x in re.findall(r"\d+", row["problem"])))
+
+
+def large_test_records(splits: dict[str, list[dict]] | None = None, seed: int = LARGE_SEED) -> list[dict]:
+    """The larger held-out test split: ``splits["test"]`` (subset :data:`TEST300`) followed by
+    :data:`LARGE_MIX`'s problems (subset ``new``, shuffled with ``seed``).
+
+    Disjoint by construction: every new problem is drawn with every key (:func:`record_key`) of the
+    train, validation and test splits and of the new problems drawn before it excluded, so no new
+    problem shares a story and numbers -- hence no text -- with another problem of any split.
+    (Within the three original splits, which are kept as they are, the add and add_teen kinds
+    share 20 keys: ``docs/results.md``.)"""
+    splits = splits if splits is not None else split_records()
+    taken = {record_key(row) for rows in splits.values() for row in rows}
+    new: list[Problem] = []
+    for kind, count in LARGE_MIX.items():
+        drawn = kind_problems(kind, count, seed, exclude=frozenset(taken))
+        taken |= {problem_key(p.kind, p.numbers) for p in drawn}
+        new += drawn
+    random.Random(seed).shuffle(new)
+    return ([{**row, "subset": TEST300} for row in splits["test"]]
+            + [{"problem": p.text, "answer": str(p.answer), "kind": p.kind, "steps": p.steps, "subset": "new"}
+               for p in new])
+
+
 def write(directory: Path = DATA_DIR) -> None:
     directory.mkdir(parents=True, exist_ok=True)
-    for split, rows in split_records().items():
+    splits = split_records()
+    for split, rows in [*splits.items(), ("test_large", large_test_records(splits))]:
         with open(directory / f"word_arith_{split}.jsonl", "w") as f:
             for row in rows:
                 f.write(json.dumps(row) + "\n")
