@@ -125,15 +125,19 @@ def test_reward_tells_invalid_from_wrong_in_format_only():
     assert parse_answer("-3 degrees, the answer is -3") == -3
 
 
-def test_the_three_recipes_differ_only_in_pruning():
+def test_the_recipes_differ_only_in_pruning():
     names = ["smollm2_135m_grpo_wordarith_vllm_cpu", "smollm2_135m_fastrl_grpo_wordarith_vllm_cpu",
-             "smollm2_135m_matched_random_grpo_wordarith_vllm_cpu"]
-    grpo, fast, peer = (get_recipe(n) for n in names)
+             "smollm2_135m_matched_random_grpo_wordarith_vllm_cpu", "smollm2_135m_fastrl_paper_grpo_wordarith_vllm_cpu",
+             "smollm2_135m_stratified_grpo_wordarith_vllm_cpu"]
+    grpo, fast, peer, paper, strat = (get_recipe(n) for n in names)
+    assert (paper.pruning.method, paper.pruning.weighting) == ("fastrl", "none")
+    assert (strat.pruning.method, strat.pruning.weighting) == ("advantage_only", "inverse_keep")
+    assert dataclasses.replace(paper, recipe=fast.recipe, pruning=dataclasses.replace(paper.pruning, method="fastrl_unbiased")) == fast
     assert grpo.model.hf_path == "packaged:smollm2-135m-instruct" and grpo.rollout.engine == "vllm"
     assert grpo.rollout.verify_refit_every > 0 and all(Path(p).is_file() for p in (grpo.data.train_path, grpo.data.val_path))
     assert (grpo.pruning.method, fast.pruning.method, peer.pruning.method) == ("none", "fastrl_unbiased", "matched_random")
     assert peer.pruning.weighting == "inverse_keep" and fast.adaptive_sampling.enabled and peer.adaptive_sampling.enabled
-    for other in (fast, peer):
+    for other in (fast, peer, paper, strat):
         same = dataclasses.replace(other, recipe=grpo.recipe, pruning=grpo.pruning, adaptive_sampling=grpo.adaptive_sampling)
         assert same == grpo
 
