@@ -81,3 +81,16 @@ def test_seeds_for_power_and_half_width():
     assert paired_stats.seeds_for_power(0.03, 0.03) == 10
     assert paired_stats.seeds_for_half_width(0.03, 0.03) == 7
     assert math.isclose(paired_stats.question_sd(0.3, 300), math.sqrt(2 * 0.21 / 300))
+
+
+def test_report_opens_with_the_estimands_and_draws_the_curves(tmp_path):
+    """catches: the estimands moved below the tables (or dropped), the power table not from the
+    committed runs (its accuracy is theirs: 30.7%), or the plot not written."""
+    per_seed = {1: {"grpo": GRPO, PRIMARY: ROW}, 2: {"grpo": GRPO, PRIMARY: ROW[:3]}}
+    power = word_arith_time.committed_power()
+    assert round(100 * power["p"], 1) == 30.7
+    text = word_arith_time.markdown(summarize(per_seed, ["grpo", PRIMARY], resamples=200), power)
+    assert text.splitlines()[2] == word_arith_time.ESTIMANDS.splitlines()[0]
+    assert "| GRPO + FastRL as published (MDAP + ARS) (primary) | 2 | +10.0 |" in text
+    path = word_arith_time.plot(per_seed, ["grpo", PRIMARY], tmp_path / "curves.png")
+    assert path.stat().st_size > 1000
