@@ -120,6 +120,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--template", nargs="+", type=Path, default=[DATA_DIR / "word_arith.jinja"])
     parser.add_argument("--probe", type=int, default=0, help="N problems of every kind instead of the splits")
+    parser.add_argument("--kinds", nargs="+", default=None, help="--probe: these kinds only (default: every kind)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--sample", type=int, default=0,
                         help="N sampled responses per problem (seed 1) instead of greedy, for each --sampling setting")
@@ -141,7 +142,7 @@ def main() -> None:
     results: dict = {"model": model, "max_tokens": args.max_tokens, "splits": {}}
     if args.probe:
         sets = {"probe": [{"problem": p.text, "answer": str(p.answer), "kind": p.kind}
-                          for kind in KINDS for p in kind_problems(kind, args.probe, PROBE_SEED)]}
+                          for kind in (args.kinds or KINDS) for p in kind_problems(kind, args.probe, PROBE_SEED)]}
     else:
         sets = {split: [json.loads(line) for line in (DATA_DIR / f"word_arith_{split}.jsonl").read_text().splitlines()]
                 [args.skip: args.skip + args.limit] for split in args.splits}

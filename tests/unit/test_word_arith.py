@@ -80,7 +80,8 @@ RULES = {"add": lambda n: n[0] + n[1], "sub": lambda n: n[0] - n[1], "mul": lamb
          "add_sub_add": lambda n: n[0] + n[1] - n[2] + n[3], "add_small": sum, "add_teen": sum,
          "sub_small": lambda n: n[0] - n[1], "mul_small": lambda n: n[0] * n[1], "add_add_small": sum,
          "mul_wide": lambda n: n[0] * n[1], "mul_add_wide": lambda n: n[0] * n[1] + n[2], "add_twenties": sum,
-         "sub_teen": lambda n: n[0] - n[1]}
+         "sub_teen": lambda n: n[0] - n[1], "add_no_carry": sum, "add2_no_carry": sum,
+         "sub_no_borrow": lambda n: n[0] - n[1], "add_hundred": sum, "mul_ten": lambda n: n[0] * n[1], "add_round": sum}
 
 
 def test_generator_is_seeded_and_answers_are_right():
