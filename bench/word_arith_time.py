@@ -24,8 +24,9 @@ global, sampling and shuffling seeds) in :func:`bench.heldout.run_order`'s order
 the row list rotated by ``2 (seed - 1)`` places), with ``bench_run.json`` beside each run
 (:func:`bench.heldout.run_one`: position, commit, other processes' cores). GRPO trains
 :data:`GRPO_STEPS` steps; every other row trains until its training time reaches
-:data:`BUDGET_S` (``trainer.max_train_time_s``; the step horizon :data:`HORIZON_STEPS` is the LR
-schedule's and ARS's, set above the steps the budget allows). Every row keeps a checkpoint for good
+:data:`BUDGET_S` (``trainer.max_train_time_s``; the step horizon :data:`HORIZON_STEPS`, with
+``trainer.epochs=2`` since one epoch of the 600 training prompts is 75 steps, is the LR schedule's
+and ARS's, set above the steps the budget allows: 59-78 at the committed FastRL step times). Every row keeps a checkpoint for good
 at each training time of :data:`GRID_S` and at each step of :data:`STEP_MARKS`
 (``checkpoint.save_at_train_s`` / ``save_at_steps``); no held-out evaluation runs during training
 (``data.test_size=0``). After each run its kept checkpoints are evaluated on the test split
@@ -120,7 +121,8 @@ def registered(rows: tuple[TimedRow, ...] = ROWS) -> list[TimedRow]:
 def row_overrides(row: TimedRow) -> list[str]:
     """The overrides of ``row``'s runs (before the seed's and the command line's)."""
     grid = ",".join(f"{t:g}" for t in GRID_S)
-    length = ([f"trainer.max_steps={HORIZON_STEPS}", f"trainer.max_train_time_s={BUDGET_S:g}"] if row.budget
+    length = ([f"trainer.max_steps={HORIZON_STEPS}", "trainer.epochs=2", f"trainer.max_train_time_s={BUDGET_S:g}"]
+              if row.budget
               else [f"trainer.max_steps={GRPO_STEPS}"])
     return [*COMMON, f"checkpoint.save_at_train_s=[{grid}]",
             f"checkpoint.save_at_steps=[{','.join(map(str, STEP_MARKS))}]", "data.test_size=0", *length]

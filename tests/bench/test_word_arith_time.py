@@ -53,6 +53,7 @@ def test_rows_run_to_the_budget_except_grpo():
     grpo, fast = (word_arith_time.BY_LABEL[x] for x in ("grpo", "fastrl_paper_grpo"))
     assert "trainer.max_steps=20" in row_overrides(grpo) and not any("max_train_time_s" in o for o in row_overrides(grpo))
     assert "trainer.max_train_time_s=4200" in row_overrides(fast) and "trainer.max_steps=80" in row_overrides(fast)
+    assert "trainer.epochs=2" in row_overrides(fast)  # one epoch of 600 prompts is 75 steps
     assert "checkpoint.save_at_steps=[5,10,15,20]" in row_overrides(fast)
 
 
