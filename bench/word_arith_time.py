@@ -82,7 +82,7 @@ GRPO's; (b) training time to reach GRPO's final test accuracy, as GRPO's time ov
 sooner). Secondary: test accuracy at equal steps (step {GRPO_STEPS}; the per-step cost of pruning). Primary
 comparison: GRPO + FastRL as published against GRPO (unadjusted); every other row against GRPO (the FastRL default,
 the one-per-bucket stratified control, the budget-stratified pruning rules) with Holm's correction over those rows.
-Test split: the {TEST_SIZE} held-out word problems (the first 300 are the earlier test split); intervals: 95% t over
+Test split: the {TEST_SIZE:,} held-out word problems (the first 300 are the earlier test split); intervals: 95% t over
 seeds and the seed x question bootstrap; per seed, McNemar's exact test."""
 
 
@@ -275,6 +275,8 @@ def markdown(summary: list[dict], power: dict) -> str:
         lines.append(f"| {title} | {len(r['seeds'])} | {_pt(a['diff_mean'])} | {_ci(a['t_ci95'])} | {_ci(a['boot_ci95'])} | "
                      f"{a['p']:.3f} ({a['p_holm']:.3f}) | {sooner} | {r['not_reached']} | {_pt(s['diff_mean'])} | "
                      f"{_ci(s['boot_ci95'])} | {s['p']:.3f} ({s['p_holm']:.3f}) |")
+    lines += ["", "With few seeds the bootstrap draws from few seeds and understates the training noise; the t "
+              "interval over seeds is the one to read until there are about eight."]
     lines += ["", "Per seed (GRPO's training time T_G for its steps and its final accuracy; each row's checkpoint at or "
               "before T_G, its accuracy, McNemar p against GRPO, and its time to GRPO's accuracy):", ""]
     for r in summary:
@@ -341,6 +343,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=4 * 3600, help="seconds one training run may take")
     p.add_argument("--report-only", action="store_true", help="only rebuild the report from evaluated runs")
     p.add_argument("--keep-checkpoints", action="store_true", help="keep the checkpoints after their evaluation")
+    p.add_argument("--plot", type=Path, default=PLOT, help="where the curves are drawn (default: %(default)s)")
     p.add_argument("overrides", nargs="*", help="extra dotted key=value overrides for every run")
     args = p.parse_args(argv)
     if args.seeds < 1:
@@ -382,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "word_arith_time.json").write_text(json.dumps(_finite(
         {"rows": [{k: v for k, v in r.items() if k != "per_seed"} for r in summary]}), indent=1, default=str) + "\n")
     if any(per_seed[s].get(BASE) for s in seeds):
-        plot(per_seed, args.labels)
+        plot(per_seed, args.labels, args.plot)
     print(text)
     return 0
 
