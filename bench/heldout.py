@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The key rows on several seeds, run in interleaved order, reported on the held-out test split.
+"""The key rows on several seeds, run in rotated order, reported on the held-out test split.
 
 Every setting of these recipes (the default's importance weighting, the similarity threshold, ARS's
 period, the learning rate) was chosen on easy-vqa's validation split (its first 2,000 package test
@@ -27,7 +27,7 @@ kept fraction, mean n, and time to accuracy: the training seconds at the first o
 test evaluations at or above :data:`TARGET_ACCURACY` (fixed before the runs), per seed and as a
 median.
 
-    python bench/heldout.py --seeds 5                    # hours: about two hours a seed
+    python bench/heldout.py --seeds 5                    # hours: 78-147 minutes a seed (docs/results.md)
     python bench/heldout.py --seeds 5 --report-only      # tables from the finished runs
     python bench/heldout.py --seeds 1 --rows grpo,fastrl_grpo --steps 4 --out /tmp/h   # a smoke run
 
