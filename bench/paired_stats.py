@@ -10,16 +10,11 @@ differences are fractions (0.03 = 3 points).
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 import statistics
-import sys
 from collections.abc import Mapping, Sequence
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.heldout import _T975  # noqa: E402
 
 #: two-sided 5% and 80% power normal quantiles
 Z975 = 1.959963984540054
@@ -132,15 +127,79 @@ def seeds_for_half_width(sd: float, half_width: float, max_seeds: int = 1000) ->
     return max_seeds + 1
 
 
+@functools.lru_cache(maxsize=None)
 def _t975(df: int) -> float:
-    """Two-sided 95% Student t quantile: the table of :data:`bench.heldout._T975` for df <= 30, the
-    Cornish-Fisher expansion around the normal quantile beyond (within 0.001 of the exact value)."""
+    """Two-sided 95% Student t quantile (:func:`t_quantile`)."""
     if df < 1:
         raise ValueError(f"degrees of freedom must be >= 1, got {df}")
-    if df <= len(_T975):
-        return _T975[df - 1]
-    z = Z975
-    g1 = (z**3 + z) / 4
-    g2 = (5 * z**5 + 16 * z**3 + 3 * z) / 96
-    g3 = (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384
-    return z + g1 / df + g2 / df**2 + g3 / df**3
+    return t_quantile(0.975, df)
+
+
+def t_cdf(t: float, df: float) -> float:
+    """Student t distribution function, ``P[T <= t]`` with ``df`` degrees of freedom, from the
+    regularized incomplete beta function: ``P[|T| > |t|] = I_{df / (df + t^2)}(df / 2, 1 / 2)``."""
+    tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
+    return 1.0 - tail if t > 0 else tail
+
+
+def t_quantile(q: float, df: float) -> float:
+    """The ``q`` quantile of Student's t with ``df`` degrees of freedom (bisection on :func:`t_cdf`).
+
+    Raises:
+        ValueError: ``q`` outside (0, 1)."""
+    if not 0.0 < q < 1.0:
+        raise ValueError(f"quantile level must be in (0, 1), got {q}")
+    lo, hi = -1e6, 1e6
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if t_cdf(mid, df) < q else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+def one_sample_t(values: Sequence[float], *, level: float = 0.95) -> tuple[float, float, float, float]:
+    """Mean of ``values`` (per-seed differences or log ratios), its two-sided Student t interval at
+    ``level`` and the two-sided p-value of mean 0: ``(mean, lo, hi, p)`` (NaN but the mean with
+    fewer than two values; p 1.0 and a zero-width interval when they are all equal)."""
+    if not values:
+        return math.nan, math.nan, math.nan, math.nan
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, math.nan, math.nan, math.nan
+    df = len(values) - 1
+    se = statistics.stdev(values) / math.sqrt(len(values))
+    if se == 0.0:
+        return mean, mean, mean, 1.0 if mean == 0.0 else 0.0
+    half = t_quantile(0.5 + level / 2.0, df) * se
+    return mean, mean - half, mean + half, 2.0 * (1.0 - t_cdf(abs(mean) / se, df))
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """Regularized incomplete beta ``I_x(a, b)`` (continued fraction, Numerical Recipes 6.4)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    tiny = 1e-300
+
+    def guard(v: float) -> float:
+        return v if abs(v) > tiny else tiny
+
+    c, d = 1.0, 1.0 / guard(1.0 - (a + b) * x / (a + 1.0))
+    h = d
+    for m in range(1, 500):
+        aa = m * (b - m) * x / ((a - 1.0 + 2 * m) * (a + 2 * m))
+        d, c = 1.0 / guard(1.0 + aa * d), guard(1.0 + aa / c)
+        h *= d * c
+        aa = -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 1.0 + 2 * m))
+        d, c = 1.0 / guard(1.0 + aa * d), guard(1.0 + aa / c)
+        h *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            break
+    return h
