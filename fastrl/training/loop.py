@@ -9,6 +9,12 @@ checkpoint unless nothing changed since the last one: a stage that trained no st
 checkpoint it resumed from, and a run stopped before its first step writes none (nothing was
 trained; the next stage starts the run from the beginning).
 
+Training-time budget (``trainer.max_train_time_s``): the run completes (final validation, checkpoint,
+test evaluation, ``FINISHED``) after the step at which its training time reaches the budget, and a
+run started again with its budget spent trains nothing. Grid checkpoints
+(``checkpoint.save_at_train_s`` / ``save_at_steps``, :mod:`fastrl.training.time_grid`) are saved
+after the step that reaches each grid point and kept for good.
+
 Finished runs: a run whose checkpoint is at its last step says exactly which key to raise to
 train further; a finished run (``RUN_DIR/FINISHED``) resumed with more steps continues, and the
 marker is removed when its first new step starts.
@@ -127,6 +133,16 @@ def _already_complete(run: RunParts, state: TrainState, resumed: str | None) -> 
                 "Remove %s to train this run again from the start", marker, marker,
             )
         return no_checkpoint
+    budget = run.cfg.trainer.max_train_time_s
+    if state.step < state.total_steps and run.ctx.is_logging_rank:  # stopped by its training-time budget
+        logger.info(
+            "training already complete at step %d: its training time, %.0f s, reached trainer.max_train_time_s=%g; "
+            "nothing to do. To train further, raise trainer.max_train_time_s (and delete %s under Slurm)",
+            state.step, state.train_seconds, budget, marker,
+        )
+        if not marker.exists():
+            write_finished(run.run_dir, state.step)
+        return True
     if run.ctx.is_logging_rank:
         past = f"; the checkpoint is past this config's total of {state.total_steps} steps" if state.step > state.total_steps else ""
         logger.info(

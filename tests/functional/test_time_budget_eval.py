@@ -17,7 +17,8 @@ def test_time_budget_stop_grid_checkpoint_and_evaluation_after_training(tmp_path
     """catches: the loop ignoring trainer.max_train_time_s (it trains 4 steps), a grid checkpoint
     saved without ``keep`` (or its keep lost when the final validation re-saves the step as best),
     no per-question file for the test evaluation, and the evaluation tool not passing its
-    --test-size (the trainer's 8 questions instead of 4)."""
+    --test-size (the trainer's 8 questions instead of 4); and a finished run started again that does
+    not see its budget spent (it validates and evaluates again)."""
     overrides = ["trainer.max_steps=4", "checkpoint.save_at_steps=[1]", "checkpoint.keep_last=1",
                  "trainer.max_train_time_s=0.001", "data.test_size=8"]
     run_train(tmp_path, *overrides)
@@ -30,6 +31,10 @@ def test_time_budget_stop_grid_checkpoint_and_evaluation_after_training(tmp_path
     assert marker["keep"] is True and marker["train_seconds"] > 0.001
     rows = read_jsonl(run_dir / "evaluations" / "test_step00000001.jsonl")
     assert len(rows) == 8 and all(set(r) >= {"id", "correct", "answer"} for r in rows)
+    # started again: the budget is spent, so nothing is trained or evaluated again
+    again = run_train(tmp_path, *overrides)
+    assert "reached trainer.max_train_time_s=0.001" in again.stdout + again.stderr
+    assert read_jsonl(run_dir / "metrics.jsonl") == records
 
     # the evaluation after training, as the benchmark runs it (the run's arguments beside it)
     (tmp_path / "easyvqa_tiny_fastrl_grpo_cpu.args.json").write_text(json.dumps(
