@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """SmolLM2-135M-Instruct on the arithmetic word problems: GRPO, GRPO + FastRL and MDAP's matched-ratio
-random peer, on several seeds, in interleaved order (the real-model benchmark).
+random peer, on several seeds, in rotated order (the real-model benchmark).
 
 Per seed ``s`` every row trains once (``python -m fastrl.train``, one run at a time, the seed
 setting the global, sampling and shuffling seeds), in :func:`bench.heldout.run_order`'s rotated

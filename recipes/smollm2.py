@@ -116,7 +116,7 @@ def smollm2_135m_matched_random_grpo_wordarith_vllm_cpu() -> RunConfig:
     )
 
 
-# ---- issue 49: the new pruning rules on the same model and task, ready for the equal-time runs ----
+# ---- the budget and uniform-group rules (docs/algorithm.md) on the same model and task, for the equal-time runs ----
 # (each differs from a recipe above only in ``pruning``; the budget recipes keep ARS as FastRL's does)
 
 
@@ -173,3 +173,24 @@ def smollm2_135m_fastrl_dropuniform_grpo_wordarith_vllm_cpu() -> RunConfig:
         base, recipe="smollm2_135m_fastrl_dropuniform_grpo_wordarith_vllm_cpu",
         pruning=replace(base.pruning, drop_uniform_groups=True),
     )
+
+
+@register()
+def smollm2_135m_fastrl_paper_grpo_wordarith_vllm_cpu() -> RunConfig:
+    """GRPO + FastRL as published: unweighted MDAP pruning (``pruning.method=fastrl``, reference
+    semantics, similarity 0.2) + ARS every 10 steps; the default FastRL recipe differs only in
+    ``pruning.method`` (``fastrl_unbiased``, importance-weighted)."""
+    base = smollm2_135m_fastrl_grpo_wordarith_vllm_cpu()
+    return replace(base, recipe="smollm2_135m_fastrl_paper_grpo_wordarith_vllm_cpu",
+                   pruning=replace(base.pruning, method="fastrl"))
+
+
+@register()
+def smollm2_135m_stratified_grpo_wordarith_vllm_cpu() -> RunConfig:
+    """The control that isolates MDAP's similarity test: one random rollout per advantage bucket
+    (``pruning.method=advantage_only``) with the FastRL recipe's importance weights
+    (``pruning.weighting=inverse_keep``) and the same ARS; MDAP keeps the seed of each bucket plus the
+    members unlike it, this keeps the bucket's one random member."""
+    base = smollm2_135m_fastrl_grpo_wordarith_vllm_cpu()
+    return replace(base, recipe="smollm2_135m_stratified_grpo_wordarith_vllm_cpu",
+                   pruning=replace(base.pruning, method="advantage_only", weighting="inverse_keep"))

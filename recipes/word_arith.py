@@ -12,7 +12,10 @@ rewrites them identically): :func:`split_records` draws each kind's distinct pro
 stream and cuts them into the splits in proportion, so every split has the same mix of kinds and
 a problem (its kind and numbers) appears in one split only. Train about 600, validation about 150,
 test about 300 (rounded per kind): a 90-minute run of the recipes sees about 160 training prompts,
-and the one-digit kinds hold under a hundred distinct problems each.
+and the one-digit kinds hold under a hundred distinct problems each. The larger held-out test split
+``word_arith_test_large.jsonl`` (:func:`large_test_records`, 1,800 problems) holds the 300 test
+problems first, unchanged (subset ``test300``), then 1,500 new ones whose story and numbers
+(:func:`problem_key`) no problem of any split has.
 
 Prompt (template ``word_arith`` in ``recipes/templates/``): the story, then the instruction to end
 with ``The answer is N.``
@@ -126,6 +129,73 @@ def _mul_small(r, n, it):
     return (a, b), f"{n} has {a} {box} with {b} {it} in each. How many {it} does {n} have?", a * b
 
 
+def _mul_wide(r, n, it):
+    a, b, box = r.randint(2, 12), r.randint(26, 50), r.choice(CONTAINERS)
+    return (a, b), f"{n} has {a} {box} with {b} {it} in each. How many {it} does {n} have?", a * b
+
+
+def _mul_add_wide(r, n, it):
+    a, b, c, box = r.randint(2, 6), r.randint(2, 6), r.randint(13, 30), r.choice(CONTAINERS)
+    return (a, b, c), (f"{n} has {a} {box} with {b} {it} in each, and {c} more {it} on the table. "
+                       f"How many {it} does {n} have in all?"), a * b + c
+
+
+def _add_twenties(r, n, it):
+    a, b = r.randint(21, 40), r.randint(2, 9)
+    return (a, b), f"{n} has {a} {it}. {_he(n)} gets {b} more {it}. How many {it} does {n} have now?", a + b
+
+
+def _sub_teen(r, n, it):
+    a, b = r.randint(20, 39), r.randint(2, 9)
+    return (a, b), f"{n} has {a} {it}. {_he(n)} gives {b} {it} to a friend. How many {it} does {n} have left?", a - b
+
+
+def _gets(n, it, a, b):
+    return f"{n} has {a} {it}. {_he(n)} gets {b} more {it}. How many {it} does {n} have now?"
+
+
+def _gives(n, it, a, b):
+    return f"{n} has {a} {it}. {_he(n)} gives {b} {it} to a friend. How many {it} does {n} have left?"
+
+
+def _add_no_carry(r, n, it):
+    a = r.randint(11, 89)
+    while a % 10 in (0, 9):
+        a = r.randint(11, 89)
+    b = r.randint(1, 9 - a % 10)
+    return (a, b), _gets(n, it, a, b), a + b
+
+
+def _add2_no_carry(r, n, it):
+    a1, a0 = r.randint(1, 8), r.randint(0, 8)
+    b1, b0 = r.randint(1, 9 - a1), r.randint(1, 9 - a0)
+    a, b = 10 * a1 + a0, 10 * b1 + b0
+    return (a, b), _gets(n, it, a, b), a + b
+
+
+def _sub_no_borrow(r, n, it):
+    a = r.randint(12, 99)
+    while a % 10 < 2:
+        a = r.randint(12, 99)
+    b = r.randint(1, a % 10)
+    return (a, b), _gives(n, it, a, b), a - b
+
+
+def _add_hundred(r, n, it):
+    a, b = 100 * r.randint(1, 9), r.randint(2, 60)
+    return (a, b), _gets(n, it, a, b), a + b
+
+
+def _mul_ten(r, n, it):
+    a, box = r.randint(2, 40), r.choice(CONTAINERS)
+    return (a, 10), f"{n} has {a} {box} with 10 {it} in each. How many {it} does {n} have?", a * 10
+
+
+def _add_round(r, n, it):
+    a, b = r.randint(2, 40), 10 * r.randint(1, 5)
+    return (a, b), _gets(n, it, a, b), a + b
+
+
 def _add_add_small(r, n, it):
     a, b, c = r.randint(2, 9), r.randint(2, 9), r.randint(2, 9)
     return (a, b, c), (f"{n} has {a} {it}. {_he(n)} buys {b} more {it} and then finds {c} more. "
@@ -147,6 +217,25 @@ KINDS: dict[str, tuple[int, Callable]] = {
     "sub_small": (1, _sub_small),
     "mul_small": (1, _mul_small),
     "add_add_small": (2, _add_add_small),
+    "mul_wide": (1, _mul_wide),
+    "mul_add_wide": (2, _mul_add_wide),
+    "add_twenties": (1, _add_twenties),
+    "sub_teen": (1, _sub_teen),
+    "add_no_carry": (1, _add_no_carry),
+    "add2_no_carry": (1, _add2_no_carry),
+    "sub_no_borrow": (1, _sub_no_borrow),
+    "add_hundred": (1, _add_hundred),
+    "mul_ten": (1, _mul_ten),
+    "add_round": (1, _add_round),
+}
+
+#: kinds that tell the same story (one template): the same numbers make the same problem whatever
+#: the kind's own range; a problem's identity is (its family, its numbers) (:func:`problem_key`)
+FAMILY: dict[str, str] = {
+    "add_small": "add", "add_teen": "add", "add_twenties": "add", "sub_small": "sub", "sub_teen": "sub",
+    "mul_small": "mul", "mul_wide": "mul", "add_add_small": "add_add", "mul_add_wide": "mul_add",
+    "add_no_carry": "add", "add2_no_carry": "add", "sub_no_borrow": "sub", "add_hundred": "add", "mul_ten": "mul",
+    "add_round": "add",
 }
 
 #: the kinds the splits hold and their weights in the mix, chosen from the probe of every kind
@@ -157,8 +246,34 @@ KINDS: dict[str, tuple[int, Callable]] = {
 MIX: dict[str, int] = {"mul": 3, "mul_add": 3, "add": 4, "add_sub": 3, "add_teen": 1, "sub_small": 1}
 
 
-def kind_problems(kind: str, count: int, seed: int = SEED) -> list[Problem]:
-    """``count`` distinct problems (by numbers) of one kind, drawn with ``seed``.
+#: the larger held-out test split (``recipes/data/word_arith_test_large.jsonl``): the 300 problems of
+#: ``word_arith_test.jsonl`` first, unchanged (the named subset ``test300``: ``data.test_size=300``
+#: evaluates exactly them), then LARGE_MIX's 1,500 problems (subset ``new``), drawn with LARGE_SEED
+#: in this order (the narrow kinds first: a kind's draws exclude the problems of the kinds of its
+#: story drawn before it). Per kind: the training mix's kinds as far as their distinct problems reach
+#: (add_teen, sub_small, mul and mul_add are nearly used up by the three splits), and other number
+#: ranges of the same stories for the rest (numbers the training split never holds, so the new subset
+#: also asks how far the training generalizes), chosen by the base model's greedy accuracy on a probe
+#: of another seed (``recipes/word_arith_baseline.py --probe 20``; bench/results/word_arith/
+#: probe_2026-12-07.json: groups of ten 25%, add a round ten 20%, two-digit + digit without carry 10%)
+#: and on a first draw of this split (base_accuracy_large_first_draw_2026-12-07.json: wider groups 9%,
+#: teen subtraction 7%, add-then-subtract 3%; twenties + digit 3% and wider groups-plus-remainder 3%
+#: were dropped) so that the base model starts inside 10-50%
+LARGE_SEED = 4801
+LARGE_MIX: dict[str, int] = {"add_teen": 12, "sub_small": 25, "mul": 50, "mul_add": 60, "mul_ten": 25, "add_round": 150,
+                             "add_no_carry": 240, "add": 350, "mul_wide": 270, "sub_teen": 150, "add_sub": 168}
+TEST300 = "test300"
+
+
+def problem_key(kind: str, numbers: tuple[int, ...]) -> tuple[str, tuple[int, ...]]:
+    """A problem's identity: its story (:data:`FAMILY`, else the kind) and its numbers. Two problems
+    with one key differ at most in the name and the item."""
+    return FAMILY.get(kind, kind), tuple(numbers)
+
+
+def kind_problems(kind: str, count: int, seed: int = SEED, exclude: frozenset = frozenset()) -> list[Problem]:
+    """``count`` distinct problems (by numbers) of one kind, drawn with ``seed``, none whose
+    :func:`problem_key` is in ``exclude``.
 
     Raises ValueError when the kind's number ranges hold fewer than ``count`` distinct problems
     (10,000 draws in a row without a new one)."""
@@ -170,11 +285,12 @@ def kind_problems(kind: str, count: int, seed: int = SEED) -> list[Problem]:
     while len(out) < count:
         name, item = r.choice(NAMES), r.choice(ITEMS)
         numbers, text, answer = make(r, name, item)
-        if numbers in seen:
+        if numbers in seen or problem_key(kind, numbers) in exclude:
             misses += 1
             if misses > 10_000:
-                raise ValueError(f"word_arith: kind {kind!r} has only {len(seen)} distinct problems, {count} "
-                                 f"were asked for; lower its weight in MIX or the split sizes in SPLITS")
+                besides = f" besides the {len(exclude)} excluded" if exclude else ""
+                raise ValueError(f"word_arith: kind {kind!r} has only {len(seen)} distinct problems{besides}, {count} "
+                                 f"were asked for; lower its weight in MIX or LARGE_MIX or the split sizes in SPLITS")
             continue
         misses = 0
         seen.add(numbers)
@@ -211,9 +327,38 @@ def split_records(seed: int = SEED) -> dict[str, list[dict]]:
     return out
 
 
+def record_key(row: dict) -> tuple[str, tuple[int, ...]]:
+    """:func:`problem_key` of a split record (its numbers read from the text in order: every story
+    states its numbers once, in the order of the kind's numbers)."""
+    return problem_key(row["kind"], tuple(int(x) for x in re.findall(r"\d+", row["problem"])))
+
+
+def large_test_records(splits: dict[str, list[dict]] | None = None, seed: int = LARGE_SEED) -> list[dict]:
+    """The larger held-out test split: ``splits["test"]`` (subset :data:`TEST300`) followed by
+    :data:`LARGE_MIX`'s problems (subset ``new``, shuffled with ``seed``).
+
+    Disjoint by construction: every new problem is drawn with every key (:func:`record_key`) of the
+    train, validation and test splits and of the new problems drawn before it excluded, so no new
+    problem shares a story and numbers -- hence no text -- with another problem of any split.
+    (Within the three original splits, which are kept as they are, the add and add_teen kinds
+    share 20 keys: ``docs/results.md``.)"""
+    splits = splits if splits is not None else split_records()
+    taken = {record_key(row) for rows in splits.values() for row in rows}
+    new: list[Problem] = []
+    for kind, count in LARGE_MIX.items():
+        drawn = kind_problems(kind, count, seed, exclude=frozenset(taken))
+        taken |= {problem_key(p.kind, p.numbers) for p in drawn}
+        new += drawn
+    random.Random(seed).shuffle(new)
+    return ([{**row, "subset": TEST300} for row in splits["test"]]
+            + [{"problem": p.text, "answer": str(p.answer), "kind": p.kind, "steps": p.steps, "subset": "new"}
+               for p in new])
+
+
 def write(directory: Path = DATA_DIR) -> None:
     directory.mkdir(parents=True, exist_ok=True)
-    for split, rows in split_records().items():
+    splits = split_records()
+    for split, rows in [*splits.items(), ("test_large", large_test_records(splits))]:
         with open(directory / f"word_arith_{split}.jsonl", "w") as f:
             for row in rows:
                 f.write(json.dumps(row) + "\n")

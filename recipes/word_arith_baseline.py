@@ -1,7 +1,7 @@
 """Base accuracy of a model on the word-problem splits, measured with vLLM (greedy, as validation does).
 
     .venv-vllm/bin/python recipes/word_arith_baseline.py [--model DIR] [--splits val test train] \
-        [--limit 500] [--max-tokens 128] [--template FILE.jinja ...] [--probe N] [--out FILE.json] \
+        [--skip 0] [--limit 500] [--max-tokens 128] [--per-problem FILE.jsonl] [--template FILE.jinja ...] [--probe N] [--out FILE.json] \
         [--sample N --sampling temperature=1.0 temperature=0.5 ...]
 
 ``--model`` defaults to the cached SmolLM2-135M-Instruct conversion (built by the trainer's
@@ -9,7 +9,10 @@ environment: ``.venv/bin/python -c "from fastrl.models.packaged import packaged_
 packaged_model_dir('smollm2-135m-instruct')"``). Prompts are rendered as the recipes render them
 (``recipes/data/word_arith.jinja`` inside the model's chat template, no special tokens added) and
 graded with :func:`recipes.word_arith.grade`. Prints, per split and per kind: accuracy with its
-binomial standard error, and the fractions wrong and invalid; ``--out`` writes them as JSON.
+binomial standard error, and the fractions wrong and invalid; ``--out`` writes them as JSON, and
+``--per-problem`` one line per problem (split, row index, kind, subset, outcome, parsed answer).
+``--skip N --limit M``: rows N to N + M of each split (``--splits test_large --skip 300 --limit
+300``: a random sample of 300 of the larger test split's new problems, which are shuffled).
 
 ``--probe N`` measures every story shape of :data:`recipes.word_arith.KINDS` instead of the splits:
 N problems of each, drawn with :data:`PROBE_SEED` (not the splits' seed), so that the mix
@@ -37,7 +40,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from recipes.word_arith import DATA_DIR, KINDS, grade, kind_problems  # noqa: E402
+from recipes.word_arith import DATA_DIR, KINDS, grade, kind_problems, parse_answer  # noqa: E402
 
 #: seed of the ``--probe`` problems (the splits use :data:`recipes.word_arith.SEED`)
 PROBE_SEED = 1031
@@ -111,10 +114,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=None)
     parser.add_argument("--splits", nargs="+", default=["val", "test", "train"])
-    parser.add_argument("--limit", type=int, default=500, help="first N problems of each split")
+    parser.add_argument("--limit", type=int, default=500, help="first N problems of each split (after --skip)")
+    parser.add_argument("--skip", type=int, default=0, help="skip the first N problems of each split")
+    parser.add_argument("--per-problem", type=Path, default=None, help="write each problem's outcome here (jsonl)")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--template", nargs="+", type=Path, default=[DATA_DIR / "word_arith.jinja"])
     parser.add_argument("--probe", type=int, default=0, help="N problems of every kind instead of the splits")
+    parser.add_argument("--kinds", nargs="+", default=None, help="--probe: these kinds only (default: every kind)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--sample", type=int, default=0,
                         help="N sampled responses per problem (seed 1) instead of greedy, for each --sampling setting")
@@ -136,10 +142,10 @@ def main() -> None:
     results: dict = {"model": model, "max_tokens": args.max_tokens, "splits": {}}
     if args.probe:
         sets = {"probe": [{"problem": p.text, "answer": str(p.answer), "kind": p.kind}
-                          for kind in KINDS for p in kind_problems(kind, args.probe, PROBE_SEED)]}
+                          for kind in (args.kinds or KINDS) for p in kind_problems(kind, args.probe, PROBE_SEED)]}
     else:
         sets = {split: [json.loads(line) for line in (DATA_DIR / f"word_arith_{split}.jsonl").read_text().splitlines()]
-                [: args.limit] for split in args.splits}
+                [args.skip: args.skip + args.limit] for split in args.splits}
     if args.sample:
         results["sampled"] = sampled(llm, tok, sets, args)
         if args.out:
@@ -154,6 +160,12 @@ def main() -> None:
         outs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=args.max_tokens), use_tqdm=False)
         seconds = time.time() - start
         outcomes = [grade(o.outputs[0].text, r["answer"]) for r, o in zip(rows, outs)]
+        if args.per_problem:
+            with open(args.per_problem, "a") as f:
+                for i, (r, o, g) in enumerate(zip(rows, outs, outcomes)):
+                    f.write(json.dumps({"split": split, "row": args.skip + i, "kind": r["kind"],
+                                        "subset": r.get("subset"), "outcome": g,
+                                        "parsed": parse_answer(o.outputs[0].text)}) + "\n")
         tokens = sum(len(o.outputs[0].token_ids) for o in outs)
         by_kind = collections.defaultdict(list)
         for r, o in zip(rows, outcomes):

@@ -58,6 +58,8 @@ HARMLESS_KEYS: tuple[str, ...] = (
     "checkpoint.dir",
     "checkpoint.keep_last",
     "checkpoint.save_every",
+    "checkpoint.save_at_train_s",
+    "checkpoint.save_at_steps",
     "checkpoint.resume",
     "checkpoint.allow_changed",
     "checkpoint.optimizer_format",  # the loader reads the format the checkpoint was written in
@@ -91,7 +93,7 @@ HARMLESS_KEYS: tuple[str, ...] = (
     "warm_start",
 )
 #: Keys applied to the optimizer, the LR schedule and the run length.
-SCHEDULE_KEYS: tuple[str, ...] = ("optimizer", "trainer.max_steps", "trainer.epochs")
+SCHEDULE_KEYS: tuple[str, ...] = ("optimizer", "trainer.max_steps", "trainer.epochs", "trainer.max_train_time_s")
 #: Keys of the parallel layout the checkpoint is resharded to.
 LAYOUT_KEYS: tuple[str, ...] = (
     "parallel.tensor_model_parallel_size",

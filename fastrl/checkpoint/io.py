@@ -76,10 +76,13 @@ class CheckpointIO:
 
     # ---- save -----------------------------------------------------------------------------
 
-    def save(self, state: TrainState, actor: Any, *, best: bool = False) -> Path:
-        """Write a complete checkpoint of ``state.step`` (every rank takes part).
+    def save(self, state: TrainState, actor: Any, *, best: bool = False, keep: bool = False) -> Path:
+        """Write a complete checkpoint of ``state.step`` (every rank takes part); its marker records
+        the run's training seconds (``train_seconds``).
 
         ``actor``: has ``policy.chunks`` (megatron model chunks) and ``optimizer`` (megatron).
+        ``keep``: keep it for good (a grid checkpoint, ``checkpoint.save_at_train_s`` /
+        ``save_at_steps``): ``keep_last`` never deletes it.
         """
         ctx = self.ctx
         self._refuse_non_finite(state.step, actor)
@@ -130,7 +133,8 @@ class CheckpointIO:
                 torch.save(self._train_state(state, actor), staging / TRAIN_STATE)
             world.barrier()
             if ctx.rank == 0:
-                self.manager.publish(state.step, staging, extra={"recipe": self.cfg.recipe})
+                self.manager.publish(state.step, staging, keep=keep,
+                                     extra={"recipe": self.cfg.recipe, "train_seconds": state.train_seconds})
                 if best:
                     self.manager.mark_best(state.step)
             world.barrier()

@@ -85,7 +85,9 @@ class CheckpointManager:
     Args:
         root: checkpoint directory (created when missing).
         keep_last: complete checkpoints kept; older ones are deleted after a publish. The one
-            recorded as best (:meth:`mark_best`) is kept in addition.
+            recorded as best (:meth:`mark_best`) and those published with ``keep=True`` (their
+            marker says ``"keep": true``: grid checkpoints for evaluation after training) are kept
+            in addition.
         background_delete: delete in a (non-daemon) thread: a directory to delete is first renamed
             to a ``.del-`` name (atomic; from then on it is no checkpoint and no staging directory),
             then removed while the caller goes on. The trainer's rank 0 uses it so that the other
@@ -112,15 +114,17 @@ class CheckpointManager:
         tmp.mkdir(parents=True)
         return tmp
 
-    def publish(self, step: int, staging: Path, *, extra: dict | None = None) -> CheckpointInfo:
+    def publish(self, step: int, staging: Path, *, extra: dict | None = None, keep: bool = False) -> CheckpointInfo:
         """Seal ``staging`` with its marker, rename it into place, then update ``latest``.
 
         A checkpoint of the same step that already exists is replaced (the new one is complete
-        before the old one is removed).
+        before the old one is removed); it stays kept for good when the replaced one was.
+        ``keep``: never delete it in retention (marker ``"keep": true``).
         """
-        marker = {"step": step, "files": _list_files(staging), **(extra or {})}
-        _atomic_write_text(staging / COMPLETE_MARKER, json.dumps(marker, indent=1))
         final = self.root / step_dir_name(step)
+        keep = keep or (self.is_complete(final) and self.verify(final).get("keep") is True)
+        marker = {"step": step, "files": _list_files(staging), **(extra or {}), **({"keep": True} if keep else {})}
+        _atomic_write_text(staging / COMPLETE_MARKER, json.dumps(marker, indent=1))
         if final.exists():
             old = self.root / f".old-{step_dir_name(step)}"
             if old.exists():
@@ -222,6 +226,10 @@ class CheckpointManager:
                     out.append((p, str(err)))
         return out
 
+    def kept_for_good(self) -> list[CheckpointInfo]:
+        """The complete checkpoints published with ``keep=True``, oldest first."""
+        return [c for c in self.complete_checkpoints() if self.verify(c.path).get("keep") is True]
+
     def find_latest(self) -> CheckpointInfo | None:
         """The newest complete checkpoint (``latest`` if it names a complete one and nothing newer exists)."""
         complete = self.complete_checkpoints()
@@ -232,7 +240,7 @@ class CheckpointManager:
     def _retain(self) -> None:
         complete = self.complete_checkpoints()
         best = self.best()
-        keep = {c.path for c in complete[-self.keep_last :]}
+        keep = {c.path for c in complete[-self.keep_last :]} | {c.path for c in self.kept_for_good()}
         if best is not None:
             keep.add(best.path)
         self._delete([c.path for c in complete if c.path not in keep] + list(self._stale_temporaries()))

@@ -4,6 +4,7 @@ length, checkpoints, logging and the Slurm stage of a chained run.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -204,6 +205,14 @@ class TrainerConfig:
 
     epochs: int = doc(1, "Epochs over the training prompts.")
     max_steps: int | None = doc(None, "Stop after this many steps (None: epochs decide).")
+    max_train_time_s: float | None = doc(
+        None,
+        "Also stop, as a completed run (final validation, checkpoint, test evaluation, FINISHED), after "
+        "the first step at which the training time (time/train_elapsed: the sum of step times, "
+        "validation, evaluation and checkpoints excluded) reaches this many seconds; None: no time "
+        "stop. The step count (max_steps / epochs) stays the schedule's horizon (LR decay, ARS's "
+        "progress): set it above the steps the budget allows. For comparisons at equal training time.",
+    )
     mini_batch_prompts: int = doc(
         32,
         "Prompts per policy-update mini-batch (EasyR1's global_batch_size). The kept rollouts are "
@@ -275,6 +284,10 @@ class TrainerConfig:
         _check(self.micro_batch_tokens >= 0, f"trainer.micro_batch_tokens must be >= 0, got {self.micro_batch_tokens}")
         _check(self.val_every >= 0, f"trainer.val_every must be >= 0, got {self.val_every}")
         _check(self.test_every >= 0, f"trainer.test_every must be >= 0, got {self.test_every}")
+        _check(
+            self.max_train_time_s is None or (math.isfinite(self.max_train_time_s) and self.max_train_time_s > 0),
+            f"trainer.max_train_time_s must be a finite number > 0 or none, got {self.max_train_time_s}",
+        )
         _check_seed(self.seed, "trainer.seed")
         _check(1 <= self.torch_threads <= 4096, f"trainer.torch_threads must be in [1, 4096], got {self.torch_threads}")
         _check(self.max_skipped_updates >= 1, f"trainer.max_skipped_updates must be >= 1, got {self.max_skipped_updates}")
@@ -287,6 +300,16 @@ class CheckpointConfig:
     dir: str | None = doc(None, "Checkpoint directory (default: <run_dir>/checkpoints).")
     save_every: int = doc(0, "Save every K steps (0: only at the end and on a stop signal).")
     keep_last: int = doc(2, "Complete checkpoints kept (best is kept in addition).")
+    save_at_train_s: tuple[float, ...] = doc(
+        (),
+        "Training times (seconds of time/train_elapsed, increasing) at which to keep a checkpoint: one "
+        "after the first step whose training time reaches each, e.g. [600,1200,1800]. Kept for good "
+        "(keep_last does not delete them), to be evaluated after training (bench/eval_checkpoints.py) "
+        "so that evaluation never runs on the training clock.",
+    )
+    save_at_steps: tuple[int, ...] = doc(
+        (), "Steps (increasing, >= 1) after which to keep a checkpoint for good, as save_at_train_s."
+    )
     resume: str = doc("auto", "'auto': the newest complete checkpoint if any; 'none'; or a directory.")
     save_optimizer: bool = doc(True, "Include optimizer state (needed for exact resume).")
     optimizer_format: Literal["fully_reshardable", "dp_reshardable"] = doc(
@@ -316,6 +339,16 @@ class CheckpointConfig:
     def __post_init__(self) -> None:
         _check(self.keep_last >= 1, "checkpoint.keep_last must be >= 1")
         _check(self.save_every >= 0, "checkpoint.save_every must be >= 0")
+        times = list(self.save_at_train_s)
+        _check(
+            all(math.isfinite(t) and t > 0 for t in times) and times == sorted(set(times)),
+            f"checkpoint.save_at_train_s must be finite seconds > 0 in increasing order, got {times}",
+        )
+        steps = list(self.save_at_steps)
+        _check(
+            all(isinstance(k, int) and k >= 1 for k in steps) and steps == sorted(set(steps)),
+            f"checkpoint.save_at_steps must be steps >= 1 in increasing order, got {steps}",
+        )
         _check(
             all(isinstance(k, str) and k.strip() for k in self.allow_changed),
             f"checkpoint.allow_changed entries must be config keys or sections, got {list(self.allow_changed)}",

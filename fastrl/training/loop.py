@@ -9,6 +9,12 @@ checkpoint unless nothing changed since the last one: a stage that trained no st
 checkpoint it resumed from, and a run stopped before its first step writes none (nothing was
 trained; the next stage starts the run from the beginning).
 
+Training-time budget (``trainer.max_train_time_s``): the run completes (final validation, checkpoint,
+test evaluation, ``FINISHED``) after the step at which its training time reaches the budget, and a
+run started again with its budget spent trains nothing. Grid checkpoints
+(``checkpoint.save_at_train_s`` / ``save_at_steps``, :mod:`fastrl.training.time_grid`) are saved
+after the step that reaches each grid point and kept for good.
+
 Finished runs: a run whose checkpoint is at its last step says exactly which key to raise to
 train further; a finished run (``RUN_DIR/FINISHED``) resumed with more steps continues, and the
 marker is removed when its first new step starts. The records of the steps a run trains again move
@@ -39,6 +45,7 @@ from fastrl.training.metrics import MetricsLogger, supersede_records_after
 from fastrl.training.parts import RunParts, total_steps
 from fastrl.training.rollout_log import rollout_files, write_rollouts
 from fastrl.training.step import train_step
+from fastrl.training.time_grid import grid_save_due, time_budget_spent
 from fastrl.training.update_phase import refit, release_cached_memory
 from fastrl.training.validation import ValidationStopped, validate_policy
 
@@ -124,7 +131,7 @@ def _extend_hint(run: RunParts, step: int) -> str:
 def _already_complete(run: RunParts, state: TrainState, resumed: str | None) -> bool:
     """True (after saying why, and what to change to train further) when there is nothing to train."""
     marker = run.run_dir / FINISHED_FILE
-    if state.step < state.total_steps:
+    if state.step < state.total_steps and not time_budget_spent(run.cfg.trainer.max_train_time_s, state.train_seconds):
         no_checkpoint = marker.exists() and resumed is None
         if no_checkpoint and run.ctx.is_logging_rank:
             logger.info(
@@ -132,6 +139,16 @@ def _already_complete(run: RunParts, state: TrainState, resumed: str | None) -> 
                 "Remove %s to train this run again from the start", marker, marker,
             )
         return no_checkpoint
+    budget = run.cfg.trainer.max_train_time_s
+    if state.step < state.total_steps and run.ctx.is_logging_rank:  # stopped by its training-time budget
+        logger.info(
+            "training already complete at step %d: its training time, %.0f s, reached trainer.max_train_time_s=%g; "
+            "nothing to do. To train further, raise trainer.max_train_time_s (and delete %s under Slurm)",
+            state.step, state.train_seconds, budget, marker,
+        )
+        if not marker.exists():
+            write_finished(run.run_dir, state.step)
+        return True
     if run.ctx.is_logging_rank:
         past = f"; the checkpoint is past this config's total of {state.total_steps} steps" if state.step > state.total_steps else ""
         logger.info(
@@ -266,7 +283,8 @@ def run_loop(run: RunParts, state: TrainState, stop: "StopRequest") -> dict[str,
     stage_steps, period_ended = 0, False
     bar = _progress(run, state)
     last_val: dict[str, float] | None = None
-    while state.step < state.total_steps:
+    budget_spent = time_budget_spent(cfg.trainer.max_train_time_s, state.train_seconds)
+    while state.step < state.total_steps and not budget_spent:
         if stop_due():
             logger.info("stop requested (%s) before step %d", stop.reason or "signal on another rank", state.step + 1)
             summary["stopped_by"] = stop.reason or "signal"
@@ -282,6 +300,7 @@ def run_loop(run: RunParts, state: TrainState, stop: "StopRequest") -> dict[str,
         state.step += 1
         stage_steps += 1
         out = train_step(run, state, state.step)
+        before_s = state.train_seconds
         if out.rollouts:
             write_rollouts(run.run_dir, ctx.dp_rank, list(out.rollouts), pruning=dataclasses.asdict(cfg.pruning))
         m = dict(out.metrics)
@@ -289,24 +308,32 @@ def run_loop(run: RunParts, state: TrainState, stop: "StopRequest") -> dict[str,
         m.update({f"time/{k}": v for k, v in run.timer.pop().items()})
         state.train_seconds += m["time/step"]
         m["time/train_elapsed"] = state.train_seconds
+        budget_spent = time_budget_spent(cfg.trainer.max_train_time_s, state.train_seconds)
+        last = state.step >= state.total_steps or budget_spent  # the final step: its validation and test follow the loop
         m.update(end_period_if_due(run, state, out.epochs_completed))
         if bar is not None:
             bar.set_postfix(reward=f"{m['reward/mean']:.3f}", kept=f"{m.get('prune/kept_fraction', 1.0):.2f}", n=int(m["rollout/n"]))
             bar.update(1)
-        if cfg.trainer.val_every and state.step % cfg.trainer.val_every == 0 and state.step < state.total_steps:
+        if cfg.trainer.val_every and state.step % cfg.trainer.val_every == 0 and not last:
             last_val = _validate_and_track(run, state, log, io, stop, stop_due)
-        if cfg.trainer.test_every and state.step % cfg.trainer.test_every == 0 and state.step < state.total_steps:
+        if cfg.trainer.test_every and state.step % cfg.trainer.test_every == 0 and not last:
             _test(run, state, log, stop, stop_due)  # the final one follows the final validation
         if cfg.checkpoint.save_every and state.step % cfg.checkpoint.save_every == 0 and state.step < state.total_steps:
             if io.last_saved_step != state.step:  # a new best at this step was just saved
                 io.save(state, run.actor)
+        ck = cfg.checkpoint
+        if grid_save_due(ck.save_at_train_s, ck.save_at_steps, step=state.step, before_s=before_s,
+                         after_s=state.train_seconds):
+            io.save(state, run.actor, keep=True)  # kept for good (a save of this step just made is replaced)
         # checkpoint saves (time/save) are charged to the step that saved, outside its time/step
         m.update({f"time/{k}": v for k, v in run.timer.pop().items() if k != "step"})
         log.log(state.step, m)
         stop_if_updates_keep_failing(run, state, m)
     if bar is not None:
         bar.close()
-    finished = state.step >= state.total_steps
+    finished = state.step >= state.total_steps or budget_spent
+    if budget_spent:
+        summary["stopped_by"] = "trainer.max_train_time_s"
     a = cfg.adaptive_sampling
     if a.enabled and a.period == "stage" and cfg.stage.end_period_at_stage_end and not finished and state.ars.num_recorded:
         new_n = state.ars.end_period(state.step / max(state.total_steps, 1))
@@ -365,7 +392,7 @@ def _validate(
         logger.info("%s %d questions @ step %d", "validating" if split == "val" else "held-out test: evaluating",
                     len(run.val if split == "val" else run.test), state.step)
     try:
-        return validate_policy(run, should_stop=should_stop, split=split)
+        return validate_policy(run, should_stop=should_stop, split=split, step=state.step)
     except ValidationStopped as stopped:
         if run.ctx.is_logging_rank:
             logger.info(

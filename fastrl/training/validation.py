@@ -2,6 +2,11 @@
 every ``trainer.test_every`` steps when set): decode, grade, and report accuracy (overall and per
 type).
 
+Every evaluation of a run that has a step also writes its per-question outcomes,
+``<run dir>/evaluations/<split>_step<NNNNNNNN>.jsonl`` (:func:`question_rows`), so that two
+policies' accuracies on one split can be compared question by question (paired: McNemar, a
+seed x question bootstrap; ``bench/paired_stats.py``).
+
 Accuracy is the fraction of *valid* graded responses whose accuracy reaches the threshold; a
 response whose grading failed (timeout, grader error) is counted in ``val/invalid`` and left out.
 With ``val_n > 1`` responses per question, ``val/pass@k`` is the fraction of questions with at
@@ -21,11 +26,14 @@ would discard its weights before the next step's generation, with no refit in be
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from itertools import chain
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fastrl.data import Record
@@ -102,6 +110,51 @@ def summarize_validation(
     return out
 
 
+#: characters of the end of each question's first response kept in the per-question file (where
+#: the final answer stands; enough to audit a grade, small enough to keep every evaluation)
+RESPONSE_END_CHARS = 64
+
+
+def question_rows(
+    records: Sequence[Record], results: Sequence[Any], texts: Sequence[str], n: int, *, threshold: float = 0.5
+) -> list[dict[str, Any]]:
+    """One row per record (``len(results) == len(texts) == len(records) * n``, grouped per record):
+    ``id`` (the record's ``question_id``), ``correct`` (responses whose accuracy reaches
+    ``threshold``, an int in ``[0, n]``), ``valid`` (responses graded without error), ``answer``
+    (the ground truth) and ``response_end`` (the last :data:`RESPONSE_END_CHARS` characters of the
+    first response). ``correct`` counts as :func:`summarize_validation` does.
+
+    Raises:
+        ValueError: the lengths disagree.
+    """
+    if not len(results) == len(texts) == len(records) * n:
+        raise ValueError(f"{len(results)} results and {len(texts)} texts for {len(records)} records x n={n}")
+    rows = []
+    for i, record in enumerate(records):
+        group = results[i * n : (i + 1) * n]
+        rows.append({
+            "id": record.question_id,
+            "correct": sum(1 for r in group if r.valid and r.accuracy >= threshold),
+            "valid": sum(1 for r in group if r.valid),
+            "answer": record.answer,
+            "response_end": texts[i * n][-RESPONSE_END_CHARS:],
+        })
+    return rows
+
+
+def write_question_rows(path: Path, rows: Sequence[dict[str, Any]]) -> None:
+    """Write ``rows`` as JSON lines to ``path`` atomically (a temporary file renamed into place)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    os.replace(tmp, path)
+
+
+def evaluation_file(run_dir: Path, split: str, step: int) -> Path:
+    """Where the per-question outcomes of ``split`` at ``step`` are written."""
+    return Path(run_dir) / "evaluations" / f"{split}_step{step:08d}.jsonl"
+
+
 class ValidationStopped(Exception):
     """:func:`validate` was stopped by its ``should_stop`` check before every chunk was decoded.
 
@@ -129,7 +182,31 @@ def validate(
     dp_rank: int = 0,
     dp_size: int = 1,
 ) -> dict[str, float]:
-    """Decode ``n`` responses per validation prompt, grade them, and summarize.
+    """:func:`validate_questions`' metrics alone."""
+    return validate_questions(
+        engine, prompts, records, scorer, sampling, n=n, batch_prompts=batch_prompts, threshold=threshold,
+        should_stop=should_stop, weight_version=weight_version, dp_rank=dp_rank, dp_size=dp_size,
+    )[0]
+
+
+def validate_questions(
+    engine: RolloutEngine,
+    prompts: Sequence[RolloutPrompt],
+    records: Sequence[Record],
+    scorer: Any,
+    sampling: SamplingParams,
+    *,
+    n: int = 1,
+    batch_prompts: int = 256,
+    threshold: float = 0.5,
+    should_stop: Callable[[], bool] | None = None,
+    weight_version: int | None = None,
+    dp_rank: int = 0,
+    dp_size: int = 1,
+) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """Decode ``n`` responses per validation prompt, grade them, and summarize: the metrics of
+    :func:`summarize_validation` (plus ``val/time_s``) and the per-question rows of
+    :func:`question_rows`.
 
     With ``dp_size > 1`` this DP rank decodes only its share of the prompts (:func:`share_bounds`)
     and the graded results of every share are gathered over the DP group (a collective: every DP
@@ -168,14 +245,15 @@ def validate(
         def decode_and_grade(first: int = first, last: int = last) -> list:
             rollouts = engine.generate(prompts[first:last], n, sampling, weight_version=weight_version)
             truths = [records[first + i].answer for i in rollouts.prompt_index]
-            return list(scorer.score(rollouts.response_texts, truths))
+            return list(zip(scorer.score(rollouts.response_texts, truths), rollouts.response_texts))
 
         results.extend(on_source_then_shared(decode_and_grade, what="validation decoding"))
     if dp_size > 1:
         results = list(chain.from_iterable(collectives.all_gather_objects_dp(results)))
-    metrics = summarize_validation(records, results, n, threshold=threshold)
+    graded, texts = [r for r, _ in results], [t for _, t in results]
+    metrics = summarize_validation(records, graded, n, threshold=threshold)
     metrics["val/time_s"] = time.perf_counter() - start
-    return metrics
+    return metrics, question_rows(records, graded, texts, n, threshold=threshold)
 
 
 def share_bounds(total: int, rank: int, size: int) -> tuple[int, int]:
@@ -194,13 +272,15 @@ def share_bounds(total: int, rank: int, size: int) -> tuple[int, int]:
 
 
 def validate_policy(
-    run: "RunParts", should_stop: Callable[[], bool] | None = None, *, split: str = "val"
+    run: "RunParts", should_stop: Callable[[], bool] | None = None, *, split: str = "val", step: int | None = None
 ) -> dict[str, float]:
     """:func:`validate` of the run's current policy on its validation records (``split="val"``) or
     its held-out test records (``split="test"``: the same metrics, named ``test/*`` instead of
     ``val/*``), with ``rollout.val_*`` sampling and a fixed seed (the same questions and sampling
     at every validation), split over the DP ranks; ``should_stop`` as there (raises
-    :class:`ValidationStopped`). Every rank returns global rank 0's metrics (a broadcast), so that
+    :class:`ValidationStopped`). With ``step`` the logging rank writes the per-question outcomes to
+    :func:`evaluation_file` (``<run dir>/evaluations/<split>_step<step>.jsonl``; an evaluation of
+    the same step again replaces it). Every rank returns global rank 0's metrics (a broadcast), so that
     every rank takes the same best-checkpoint decision before the collective save.
 
     Raises:
@@ -216,11 +296,13 @@ def validate_policy(
     sampling = SamplingParams.for_validation(cfg.rollout, seed=derive_seed(cfg.rollout.seed, 10**9))
     prompts = [run.prompts.prompt_of(r) for r in records]
     run.engine.wake()  # and it stays awake: a level-2 sleep would discard the weights before the next generation
-    metrics = validate(
+    metrics, rows = validate_questions(
         run.engine, prompts, records, run.scorer, sampling, n=cfg.rollout.val_n,
         threshold=cfg.reward.accuracy_threshold, should_stop=should_stop,
         weight_version=run.actor.policy_version, dp_rank=run.ctx.dp_rank, dp_size=run.ctx.dp_size,
     )
+    if step is not None and run.ctx.is_logging_rank:
+        write_question_rows(evaluation_file(run.run_dir, split, step), rows)
     if split == "test":
         metrics = {"test/" + k.removeprefix("val/"): v for k, v in metrics.items()}
     return world.broadcast_object(metrics)

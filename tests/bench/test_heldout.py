@@ -12,6 +12,7 @@ from bench.heldout import (
     BASE,
     BY_LABEL,
     ROWS,
+    adjust,
     check_reportable,
     markdown,
     measure,
@@ -336,3 +337,38 @@ def test_a_new_sitting_moves_earlier_retimings_aside_and_retimes_grpo_first(tmp_
     # a disturbed GRPO run: every row is re-timed, since every speedup divides by its time
     (tmp_path / f"{BY_LABEL['grpo'].recipe}.bench_run.json").write_text(json.dumps({"other_cores": 0.4}))
     assert heldout.retimes_due(tmp_path, labels) == ["grpo", "fastrl_grpo", "cppo_grpo"]
+
+
+def test_time_to_accuracy_ratios_and_holm_over_the_rows_but_the_primary_peer():
+    """The speed figures at accuracy: per seed GRPO's time to the target over the row's, a row that
+    never gets there counted apart, and the adjustment over every row but GRPO and the primary peer.
+
+    catches: the ratio inverted (row over GRPO), a never-reached seed counted as a ratio, or the
+    primary peer adjusted with the others (its p would be Holm's, not its own)."""
+    slow = ((10.0, 0.60), (20.0, 0.73), (30.0, 0.76), (40.0, 0.76))
+    fast = ((5.0, 0.73), (10.0, 0.76), (15.0, 0.76))
+    never = ((5.0, 0.60), (10.0, 0.70), (15.0, 0.73))
+    per_seed = {s: {BASE: _run(100.0, 0.76, 200.0, slow), "fastrl_grpo": _run(25.0, 0.76, 100.0, fast),
+                    "cppo_grpo": _run(50.0, 0.76, 150.0, fast if s < 3 else never),
+                    "random_grpo": _run(50.0, 0.75, 150.0, fast)} for s in (1, 2, 3)}
+    rows = [BY_LABEL[x] for x in (BASE, "fastrl_grpo", "cppo_grpo", "random_grpo")]
+    _, primary, cppo, rand = summarize(per_seed, rows)
+    assert primary["time_to"]["0.72"]["ratio"] == pytest.approx([4.0] * 3)  # 20 s against 5 s
+    assert primary["time_to"]["0.75"]["ratio"] == pytest.approx([3.0] * 3)  # 30 s against 10 s
+    assert cppo["time_to"]["0.75"]["ratio"] == pytest.approx([3.0, 3.0]) and cppo["time_to"]["0.75"]["not_reached"] == 1
+    assert primary["time_to"]["0.72"]["p_holm"] == primary["time_to"]["0.72"]["p"]
+    # the primary peer keeps its own p; Holm over the two others: 0.02 x 2, then max(0.04, 0.04)
+    fake = [dict(r, diff_p=p) for r, p in zip((primary, cppo, rand), (0.03, 0.02, 0.04))]
+    adjusted = {r["label"]: r["diff_p_holm"] for r in adjust(fake)}
+    assert adjusted == pytest.approx({"fastrl_grpo": 0.03, "cppo_grpo": 0.04, "random_grpo": 0.04})  # with it: 0.06
+
+
+def test_student_t_functions_reproduce_the_committed_interval():
+    """catches: a one-sided p (halved) or the normal quantile for t (the interval of the unweighted
+    random peer, [-2.95, -0.17] in docs/results.md, would narrow)."""
+    from bench.paired_stats import one_sample_t, t_cdf, t_quantile
+
+    assert t_cdf(2.776, 4) == pytest.approx(0.975, abs=1e-4) and t_cdf(0.0, 3) == 0.5
+    assert t_quantile(0.975, 1) == pytest.approx(12.706, abs=1e-3)
+    mean, lo, hi, p = one_sample_t([-0.0005, -0.019, -0.0315, -0.0125, -0.0145])
+    assert (round(100 * lo, 2), round(100 * hi, 2)) == (-2.95, -0.17) and p == pytest.approx(0.0359, abs=1e-4)

@@ -3,18 +3,25 @@ generator, grader and reward; and the three recipes that use it."""
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from recipes import get_recipe
 from recipes.word_arith import (
+    CONTAINERS,
     DATA_DIR,
+    ITEMS,
     KINDS,
+    LARGE_MIX,
     MIX,
+    NAMES,
     SPLITS,
+    TEST300,
     grade,
     kind_problems,
+    large_test_records,
     parse_answer,
     problems,
     split_records,
@@ -38,10 +45,43 @@ def test_committed_splits_are_the_generator_output_and_disjoint():
     assert all(m == sorted(MIX) for m in mixes)
 
 
+def test_large_test_split_is_disjoint_by_construction_and_keeps_the_300():
+    """The committed larger test split is the generator's output; its first 300 rows are the test
+    split unchanged (subset test300); its 1,500 new problems share no text, no (kind, numbers) and
+    no (story, numbers) key with each other or with any row of train / val / test.
+
+    catches: the draws not excluding the splits' keys (``exclude`` ignored in ``kind_problems``: new
+    problems coincide with training ones), the family map dropped (an add_twenties problem with an
+    add training problem's numbers), or the 300 reordered."""
+    large = _committed("test_large")
+    assert large == large_test_records()
+    assert large[:300] == [{**r, "subset": TEST300} for r in _committed("test")]
+    new = [r for r in large if r["subset"] == "new"]
+    assert len(new) == sum(LARGE_MIX.values()) >= 1500 and len(large) == 300 + len(new)
+    old = [r for split in SPLITS for r in _committed(split)]
+    def kind_numbers(r):
+        return r["kind"], tuple(int(x) for x in re.findall(r"\d+", r["problem"]))
+
+    def story_numbers(r):  # the text with names, items, containers and numbers blanked, and the numbers
+        words = "|".join((*NAMES, *ITEMS, *CONTAINERS, "He", "She"))
+        return re.sub(rf"\b({words})\b", "_", re.sub(r"\d+", "#", r["problem"])), kind_numbers(r)[1]
+
+    for field in (lambda r: r["problem"], kind_numbers, story_numbers):
+        new_keys = [field(r) for r in new]
+        assert len(set(new_keys)) == len(new_keys)
+        assert not set(new_keys) & {field(r) for r in old}
+    assert {r["kind"] for r in new} == set(LARGE_MIX)
+    for r in new:  # the numbers as written, with the kind's rule, give the answer
+        assert int(r["answer"]) == RULES[r["kind"]](kind_numbers(r)[1])
+
+
 RULES = {"add": lambda n: n[0] + n[1], "sub": lambda n: n[0] - n[1], "mul": lambda n: n[0] * n[1],
          "add_add": sum, "add_sub": lambda n: n[0] + n[1] - n[2], "mul_add": lambda n: n[0] * n[1] + n[2],
          "add_sub_add": lambda n: n[0] + n[1] - n[2] + n[3], "add_small": sum, "add_teen": sum,
-         "sub_small": lambda n: n[0] - n[1], "mul_small": lambda n: n[0] * n[1], "add_add_small": sum}
+         "sub_small": lambda n: n[0] - n[1], "mul_small": lambda n: n[0] * n[1], "add_add_small": sum,
+         "mul_wide": lambda n: n[0] * n[1], "mul_add_wide": lambda n: n[0] * n[1] + n[2], "add_twenties": sum,
+         "sub_teen": lambda n: n[0] - n[1], "add_no_carry": sum, "add2_no_carry": sum,
+         "sub_no_borrow": lambda n: n[0] - n[1], "add_hundred": sum, "mul_ten": lambda n: n[0] * n[1], "add_round": sum}
 
 
 def test_generator_is_seeded_and_answers_are_right():
@@ -86,15 +126,19 @@ def test_reward_tells_invalid_from_wrong_in_format_only():
     assert parse_answer("-3 degrees, the answer is -3") == -3
 
 
-def test_the_three_recipes_differ_only_in_pruning():
+def test_the_recipes_differ_only_in_pruning():
     names = ["smollm2_135m_grpo_wordarith_vllm_cpu", "smollm2_135m_fastrl_grpo_wordarith_vllm_cpu",
-             "smollm2_135m_matched_random_grpo_wordarith_vllm_cpu"]
-    grpo, fast, peer = (get_recipe(n) for n in names)
+             "smollm2_135m_matched_random_grpo_wordarith_vllm_cpu", "smollm2_135m_fastrl_paper_grpo_wordarith_vllm_cpu",
+             "smollm2_135m_stratified_grpo_wordarith_vllm_cpu"]
+    grpo, fast, peer, paper, strat = (get_recipe(n) for n in names)
+    assert (paper.pruning.method, paper.pruning.weighting) == ("fastrl", "none")
+    assert (strat.pruning.method, strat.pruning.weighting) == ("advantage_only", "inverse_keep")
+    assert dataclasses.replace(paper, recipe=fast.recipe, pruning=dataclasses.replace(paper.pruning, method="fastrl_unbiased")) == fast
     assert grpo.model.hf_path == "packaged:smollm2-135m-instruct" and grpo.rollout.engine == "vllm"
     assert grpo.rollout.verify_refit_every > 0 and all(Path(p).is_file() for p in (grpo.data.train_path, grpo.data.val_path))
     assert (grpo.pruning.method, fast.pruning.method, peer.pruning.method) == ("none", "fastrl_unbiased", "matched_random")
     assert peer.pruning.weighting == "inverse_keep" and fast.adaptive_sampling.enabled and peer.adaptive_sampling.enabled
-    for other in (fast, peer):
+    for other in (fast, peer, paper, strat):
         same = dataclasses.replace(other, recipe=grpo.recipe, pruning=grpo.pruning, adaptive_sampling=grpo.adaptive_sampling)
         assert same == grpo
 

