@@ -91,7 +91,7 @@ class CheckpointIO:
         if ctx.rank == 0:
             staging = self.manager.staging_dir(state.step)
         try:
-            self._write(state, actor, staging, best=best)
+            self._write(state, actor, staging, best=best, keep=keep)
         except BaseException:
             if ctx.rank == 0:  # a failed save (full disk, an interrupt) leaves no partial staging folder
                 shutil.rmtree(staging, ignore_errors=True)
@@ -117,8 +117,8 @@ class CheckpointIO:
                 f"(a resume would load them){keep}. The updates diverged: lower optimizer.lr or set optimizer.clip_grad"
             )
 
-    def _write(self, state: TrainState, actor: Any, staging: Path, *, best: bool) -> None:
-        """Every rank writes its part into ``staging``; rank 0 publishes it."""
+    def _write(self, state: TrainState, actor: Any, staging: Path, *, best: bool, keep: bool) -> None:
+        """Every rank writes its part into ``staging``; rank 0 publishes it (``keep``: for good)."""
         ctx, ck = self.ctx, self.cfg.checkpoint
         world.barrier()
         with self.phase("save"):
