@@ -48,7 +48,7 @@ def _check_2d(name: str, t: torch.Tensor, shape: torch.Size) -> None:
         raise ValueError(f"`{name}` must have shape {tuple(shape)} (like `log_probs`), got {tuple(t.shape)}")
 
 
-def loss_denominator(response_mask: torch.Tensor, agg_mode: AggMode) -> torch.Tensor:
+def loss_denominator(response_mask: torch.Tensor, agg_mode: AggMode, row_weights: torch.Tensor | None = None) -> torch.Tensor:
     """Local contribution to the global loss denominator of ``agg_mode``.
 
     - "token-mean": number of response tokens,
@@ -56,6 +56,10 @@ def loss_denominator(response_mask: torch.Tensor, agg_mode: AggMode) -> torch.Te
 
     Args:
         response_mask: [N, T] (bool or 0/1).
+        row_weights: float [N] or None: each rollout counts ``row_weights[i]`` times (its tokens, or
+            itself), as it does in :func:`kl_loss` (a sample of the uniform groups standing for all of
+            them, ``pruning.zero_adv_kl='sample'``: the denominator then estimates the token count of
+            the rows they stand for, as the KL sum estimates their KL; a ratio estimator).
 
     Returns:
         float64 0-dim tensor. Sum it over micro-batches and DP ranks to get ``global_denominator``.
@@ -64,9 +68,12 @@ def loss_denominator(response_mask: torch.Tensor, agg_mode: AggMode) -> torch.Te
     if response_mask.dim() != 2:
         raise ValueError(f"`response_mask` must have shape [N, T], got {tuple(response_mask.shape)}")
     m = response_mask.to(torch.float64)
-    if agg_mode == "token-mean":
-        return m.sum()
-    return (m.sum(dim=1) > 0).to(torch.float64).sum()
+    per_row = m.sum(dim=1) if agg_mode == "token-mean" else (m.sum(dim=1) > 0).to(torch.float64)
+    if row_weights is None:
+        return per_row.sum()
+    if row_weights.shape != per_row.shape:
+        raise ValueError(f"`row_weights` has shape {tuple(row_weights.shape)}, expected ({per_row.shape[0]},)")
+    return (per_row * row_weights.to(torch.float64)).sum()
 
 
 def _check_denominator(global_denominator) -> torch.Tensor | float:

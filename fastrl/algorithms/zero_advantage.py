@@ -20,11 +20,13 @@ What each KL treatment does, with ``T_K`` the kept response tokens (the token-me
   already answers all right, or all wrong) are not held to the reference at this step, and since
   ``T_K`` no longer counts their tokens, every kept token weighs more in both loss terms than it
   would with them in the batch.
-- ``sample``: ``(1 / T_K) [sum_{i kept, mixed} kl_i + (U / s) sum_{i in S} kl_i]``. Each uniform row
-  is in ``S`` with probability ``s / U``, so the bracket's expectation over the draw is the KL sum
-  the batch had with all ``U`` rows (Horvitz-Thompson). The denominator counts the ``s`` rows' tokens
-  once (they are real rows of the update); their advantage is 0, so the policy-gradient term is the
-  same as with ``drop`` up to that denominator.
+- ``sample``: ``(1 / D) [sum_{i kept, mixed} kl_i + (U / s) sum_{i in S} kl_i]`` with
+  ``D = T_mixed + (U / s) T_S`` (the kept mixed rows' tokens plus the sample's, weighted alike). Each
+  uniform row is in ``S`` with probability ``s / U``, so the bracket's expectation over the draw is
+  the KL sum the batch had with all ``U`` rows, and ``D``'s is its token count (Horvitz-Thompson;
+  together a ratio estimator of the per-token KL over the kept and the uniform rows, as an unpruned
+  token-mean loss weighs it). Their advantage is 0, so the policy-gradient term is the same as with
+  ``drop`` up to that denominator, which counts the uniform tokens as an unpruned batch does.
 """
 
 from __future__ import annotations

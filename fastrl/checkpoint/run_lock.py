@@ -181,7 +181,9 @@ class RunDirLock:
                 f"host ({me.host}) cannot check whether it still runs. If you are sure no trainer runs there, "
                 f"remove the lock: rm {self.path}"
             )
-        if not requeued and process_alive(holder):  # this very process too (same pid and start time)
+        # On this host a live holder is refused even from an earlier run of this Slurm job (a requeued
+        # stage beside the instance that still runs); only a requeue onto another host is trusted blindly.
+        if holder.host == me.host and process_alive(holder):  # this very process too (same pid and start time)
             raise RunDirLocked(
                 f"run directory {self.run_dir} is in use by another trainer: {holder.describe()} ({self.path}); "
                 f"stop it first, or train into another directory (logging.output_dir / logging.run_name)"
@@ -207,8 +209,8 @@ class RunDirLock:
         aside.unlink(missing_ok=True)
         logger.warning(
             "removed the stale lock %s of %s: %s", self.path, holder.describe(),
-            "an earlier run of this Slurm job, which was requeued" if requeued
-            else "that process no longer runs (killed, or its node restarted)",
+            f"an earlier run of this Slurm job, which was requeued (on host {holder.host}, which this host cannot check)"
+            if requeued and holder.host != me.host else "that process no longer runs (killed, or its node restarted)",
         )
 
     def release(self) -> None:

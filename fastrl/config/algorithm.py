@@ -350,7 +350,9 @@ class PruningConfig:
         "(the KL term covers the kept rows only; each kept token weighs 1 / kept tokens). sample: "
         "zero_adv_kl_samples of their rollouts (seeded, uniform over them) stay in the update with advantage "
         "0 and KL weight U / s (U uniform rollouts, s sampled), so the KL sum's expectation over the draw is "
-        "the sum over all U; their tokens count once in the denominator. Needs algorithm.use_kl_loss.",
+        "the sum over all U; their tokens count U / s times in the loss denominator too (a ratio estimator of the "
+        "per-token KL over the kept and the uniform rows, as an unpruned token-mean loss counts them). Needs "
+        "algorithm.use_kl_loss.",
     )
     zero_adv_kl_samples: int = doc(4, "zero_adv_kl=sample: uniform-group rollouts kept per step (global) for the KL term.")
     budget_fraction: float = doc(

@@ -88,6 +88,12 @@ class RunConfig:
             "trainer.logprobs_before_pruning / algorithm.kl_in_reward compute the trainer's old log-probs on the full "
             "batch before the advantages anyway: set trainer.old_log_probs=auto (or recompute)",
         )
+        _check(
+            not (self.pruning.drop_uniform_groups and self.pruning.zero_adv_kl == "sample")
+            or (alg.use_kl_loss and alg.kl_coef > 0),
+            "pruning.zero_adv_kl='sample' keeps uniform-group rollouts for the KL loss, but there is none "
+            f"(algorithm.use_kl_loss={alg.use_kl_loss}, kl_coef={alg.kl_coef}): use pruning.zero_adv_kl='drop'",
+        )
         mb = self.trainer.mini_batch_prompts
         _check(
             self.rollout.prompts_per_step % mb == 0,

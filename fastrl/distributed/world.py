@@ -42,6 +42,17 @@ def any_rank(flag: bool) -> bool:
     return bool(value.item())
 
 
+def max_over_ranks(value: float) -> float:
+    """The largest ``value`` over every rank (a MAX all-reduce of one float64): the same number on
+    every rank, e.g. the step's time as its slowest rank measured it, so that decisions taken on a
+    running sum of it (a training-time budget, a checkpoint grid) agree on every rank."""
+    if not _multi():
+        return float(value)
+    box = torch.tensor([float(value)], dtype=torch.float64, device=comm_device(dist.group.WORLD, torch.device("cpu")))
+    dist.all_reduce(box, op=dist.ReduceOp.MAX)
+    return float(box.item())
+
+
 def rank() -> int:
     """This process's global rank (0 without a process group)."""
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0

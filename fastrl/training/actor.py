@@ -207,6 +207,13 @@ class Actor:
         metrics["actor/loss"] = loss.detach()
         return loss, metrics
 
+    def local_denominator(self, batch: PolicyBatch) -> torch.Tensor:
+        """This rank's share of the mini-batch loss denominator (float64 0-dim): response tokens (or
+        responses) of ``batch``, each rollout counted ``kl_weights`` times when the batch carries KL
+        weights (``pruning.zero_adv_kl='sample'``: a sampled uniform rollout stands for U / s of them
+        in the denominator as in the KL sum; :func:`~fastrl.algorithms.losses.loss_denominator`)."""
+        return loss_denominator(batch.response_mask, self.agg_mode, row_weights=batch.kl_weights)
+
     def forward_backward(self, batch: PolicyBatch, micro_sizes: list[int] | None = None) -> dict[str, float]:
         """Gradients of the mini-batch loss, reduced over DP, in the DDP grad buffers (no step).
         See :meth:`_forward_backward` (with the batch's own ``old_log_probs``)."""
@@ -261,8 +268,7 @@ class Actor:
                 bounds.append(bounds[-1] + size)
             micro_batches = [batch.select(range(a, b)) for a, b in zip(bounds[:-1], bounds[1:])]
         micro_batches = logprob_ops.fit_micro_batches(micro_batches, self.sequence_multiple)
-        local = loss_denominator(batch.response_mask, self.agg_mode)
-        global_den = collectives.all_reduce_sum_dp(local)  # the one DP reduction before the loss
+        global_den = collectives.all_reduce_sum_dp(self.local_denominator(batch))  # the one DP reduction before the loss
         if float(global_den) <= 0:
             raise ValueError("the mini-batch has no response tokens on any DP rank")
         scale = len(micro_batches) * collectives.dp_size()

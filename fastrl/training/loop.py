@@ -306,6 +306,8 @@ def run_loop(run: RunParts, state: TrainState, stop: "StopRequest") -> dict[str,
         m = dict(out.metrics)
         m.update(count_skipped_updates(run, state, m))
         m.update({f"time/{k}": v for k, v in run.timer.pop().items()})
+        # the slowest rank's step time on every rank: the budget and the grid below decide alike everywhere
+        m["time/step"] = world.max_over_ranks(m["time/step"])
         state.train_seconds += m["time/step"]
         m["time/train_elapsed"] = state.train_seconds
         budget_spent = time_budget_spent(cfg.trainer.max_train_time_s, state.train_seconds)

@@ -110,12 +110,6 @@ def prune(
     pads it with zero-weight rows (``PruneOutcome.padding``, metric ``prune/num_padding``).
     """
     pc = cfg.pruning
-    if pc.drop_uniform_groups and pc.zero_adv_kl == "sample" and not (cfg.algorithm.use_kl_loss and cfg.algorithm.kl_coef > 0):
-        raise ValueError(
-            "pruning.zero_adv_kl='sample' keeps uniform-group rollouts for the KL loss, but there is none "
-            f"(algorithm.use_kl_loss={cfg.algorithm.use_kl_loss}, kl_coef={cfg.algorithm.kl_coef}): "
-            "use pruning.zero_adv_kl='drop'"
-        )
     multiple, whole = geometry.refill_multiple, geometry.unit
     responses = list(scored.rollouts.response_token_ids)
     common = dict(group_ids=scored.group_ids, advantages=scored.advantages, lengths=batch.lengths)

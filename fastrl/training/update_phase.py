@@ -116,7 +116,7 @@ def _passes(
 
 def update_policy(
     batch: PolicyBatch, actor: "Actor", plan: UpdatePlan, *, on_policy_rows: int = 0,
-    guard: Callable[[Metrics], None] | None = None,
+    guard: Callable[[Metrics], None] | None = None, engine_old: bool = False,
 ) -> Metrics:
     """``plan.passes`` passes over this rank's rows, one optimizer update per entry of
     ``plan.update_rows`` (its micro-batch cut and LR position from the plan,
@@ -131,6 +131,9 @@ def update_policy(
     reuse; the engine/trainer mismatch of the whole batch is then measured there and handed to
     ``guard`` (metrics reduced over DP, every rank decides alike) before the first optimizer step,
     so a guard that raises stops the step before any weight changes. Its metrics are returned.
+    ``engine_old`` (``trainer.old_log_probs='engine'``): the later rows' old log-probs are the
+    engine's own, so the mismatch is measured on the first update's rows only (the others would
+    add zeros and dilute it).
 
     Every DP rank must run the same number of updates (the gradient all-reduce); the kept count is
     a multiple of dp_size, so every rank holds the same number of rows and plans the same updates
@@ -157,9 +160,10 @@ def update_policy(
             if epoch == 0 and start == 0 and on_policy_rows:
                 out, old = actor.forward_backward_on_policy(part, cut)
                 batch = batch.with_tensors(old_log_probs=torch.cat([old.to(batch.old_log_probs.device), batch.old_log_probs[size:]]))
-                mismatch = lp_ops.reduce_mismatch_metrics(
-                    lp_ops.mismatch_metrics(batch.old_log_probs, batch.engine_log_probs, batch.response_mask)
-                )
+                measured = size if engine_old else len(batch)  # rows whose old log-probs are the trainer's
+                mismatch = lp_ops.reduce_mismatch_metrics(lp_ops.mismatch_metrics(
+                    batch.old_log_probs[:measured], batch.engine_log_probs[:measured], batch.response_mask[:measured]
+                ))
                 out.update(mismatch)
                 if guard is not None:
                     guard(mismatch)

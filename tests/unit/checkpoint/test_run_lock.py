@@ -86,6 +86,18 @@ def test_a_lock_of_an_earlier_run_of_this_requeued_slurm_job_is_taken_over(tmp_p
         RunDirLock(tmp_path).acquire()
 
 
+def test_a_requeued_stage_beside_its_live_earlier_run_on_this_host_is_refused(tmp_path, monkeypatch):
+    """catches: a requeue taken as proof that the earlier run is dead on this very host too (a requeued
+    stage beside a still-running one would take its lock over and both would write the run)."""
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    _write_lock(tmp_path, slurm_job_id="4242", slurm_restart_count=None,
+                proc_start=run_lock._proc_start(os.getpid()))  # this host, a live process
+    with pytest.raises(RunDirLocked, match="in use by another trainer"):
+        RunDirLock(tmp_path).acquire()
+    assert read_holder(tmp_path / LOCK_FILE).token == "other"  # left in place
+
+
 def test_release_leaves_another_process_lock_alone(tmp_path):
     """catches: release() unlinking whatever lock file is there."""
     lock = RunDirLock(tmp_path).acquire()

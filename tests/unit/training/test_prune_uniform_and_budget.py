@@ -75,11 +75,31 @@ def test_kl_sample_reaches_the_update_with_its_weight():
 
 
 def test_kl_sample_without_a_kl_loss_is_refused():
+    """catches: the check gone (the setting accepted and its KL sample trained on nothing), or made at
+    the first step instead of when the config is built (after the model build and a generation)."""
+    from fastrl.config import ConfigError
+
     base = get_recipe("easyvqa_tiny_dapo_cpu")  # no KL loss
-    cfg = dataclasses.replace(base, pruning=PruningConfig(method="none", drop_uniform_groups=True, zero_adv_kl="sample"))
-    scored = _advantaged()
-    with pytest.raises(ValueError, match="zero_adv_kl='sample' keeps uniform-group rollouts for the KL loss"):
-        prune(cfg, scored, to_policy_batch(scored, range(16), pad_token_id=0), step=1, geometry=kept_geometry(cfg, 1, 4))
+    with pytest.raises(ConfigError, match="zero_adv_kl='sample' keeps uniform-group rollouts for the KL loss"):
+        dataclasses.replace(base, pruning=PruningConfig(method="none", drop_uniform_groups=True, zero_adv_kl="sample"))
+
+
+def test_the_kl_sample_counts_in_the_loss_denominator_as_often_as_in_the_kl_sum():
+    """catches: the denominator counting a sampled uniform rollout once while the KL sum counts it
+    U / s times (the KL term inflated by about (K + U) / (K + s): a larger effective kl_coef)."""
+    from types import SimpleNamespace
+
+    from fastrl.batch import PolicyBatch
+    from fastrl.training.actor import Actor
+
+    mask = torch.tensor([[False, True, True], [False, True, False]])
+    batch = PolicyBatch(input_ids=torch.ones(2, 3, dtype=torch.long), attention_mask=torch.ones(2, 3, dtype=torch.bool),
+                        response_mask=mask)
+    stub = SimpleNamespace(agg_mode="token-mean")
+    assert float(Actor.local_denominator(stub, batch)) == 3.0
+    assert float(Actor.local_denominator(stub, batch.with_tensors(kl_weights=torch.tensor([1.0, 4.0])))) == 6.0
+    seq = SimpleNamespace(agg_mode="seq-mean-token-mean")
+    assert float(Actor.local_denominator(seq, batch.with_tensors(kl_weights=torch.tensor([1.0, 4.0])))) == 5.0
 
 
 def test_budget_stratified_merges_copies_and_weights_restore_the_group_sums():

@@ -1,0 +1,53 @@
+"""The mismatch guard of the on-policy first update (trainer.old_log_probs auto / engine) measures
+the rows whose old log-probs are the trainer's."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+
+from fastrl.batch import PolicyBatch
+from fastrl.training.geometry import UpdatePlan
+from fastrl.training.update_phase import update_policy
+
+
+def _actor(captured_shift: float):
+    calls: list[str] = []
+
+    def on_policy(batch, micro_sizes=None):
+        calls.append("first")
+        return {"actor/loss": 0.1}, batch.engine_log_probs + captured_shift * batch.response_mask
+
+    return types.SimpleNamespace(
+        micro_batch_size=2, forward_backward_on_policy=on_policy,
+        step=lambda **k: calls.append("step") or {"actor/update_skipped": 0.0},
+        update=lambda part, **k: calls.append("later") or {"actor/loss": 0.1},
+    ), calls
+
+
+def _batch(rows: int = 4) -> PolicyBatch:
+    mask = torch.zeros(rows, 3, dtype=torch.bool)
+    mask[:, 1:] = True
+    engine = -torch.ones(rows, 3) * mask
+    old = torch.cat([torch.full((2, 3), float("nan")), engine[2:].clone()])  # engine mode: later rows = engine's
+    return PolicyBatch(
+        input_ids=torch.ones(rows, 3, dtype=torch.long), attention_mask=torch.ones(rows, 3, dtype=torch.bool),
+        response_mask=mask, advantages=torch.ones(rows), engine_log_probs=engine, old_log_probs=old,
+    )
+
+
+@pytest.mark.parametrize(("engine_old", "expected"), [(True, 0.2), (False, 0.1)])
+def test_the_guard_sees_the_trainer_rows_before_the_first_step(engine_old, expected):
+    """catches: in engine mode the mismatch averaged over every row (the later rows' old log-probs are
+    the engine's own, exactly 0 apart: a 4-update step would dilute the stale-weights guard 4x);
+    the guard called after the first optimizer step."""
+    actor, calls = _actor(0.2)
+    seen = []
+    plan = UpdatePlan(row_order=(0, 1, 2, 3), update_rows=(2, 2), micro_batches=((2,), (2,)), passes=1, lr_positions=(1, 2))
+    update_policy(_batch(), actor, plan, on_policy_rows=2, engine_old=engine_old,
+                  guard=lambda m: seen.append((m["mismatch/abs_diff_mean"], list(calls))))
+    assert seen[0][0] == pytest.approx(expected)
+    assert seen[0][1] == ["first"]  # measured after the first forward, before its optimizer step
+    assert calls == ["first", "step", "later"]
