@@ -197,9 +197,12 @@ def length_grouped_order(lengths: list[int], shares: list[int] | tuple[int, ...]
     return order
 
 
-def padded_token_share(lengths: list[int] | torch.Tensor, micro_batches: list[int] | tuple[int, ...]) -> tuple[int, int]:
+def padded_token_share(
+    lengths: list[int] | torch.Tensor, micro_batches: list[int] | tuple[int, ...], multiple: int = 1
+) -> tuple[int, int]:
     """``(real, computed)`` tokens of consecutive micro-batches of ``micro_batches`` rows over rows
-    of ``lengths`` tokens, each micro-batch run at its own longest row (no sequence multiple):
+    of ``lengths`` tokens, each micro-batch run at its own longest row rounded up to ``multiple``
+    (the FP8 / sequence-parallel multiple, :func:`fastrl.models.logprobs.fit_micro_batches`):
     ``1 - real / computed`` is the share of the computed tokens that is padding.
 
     Raises:
@@ -212,7 +215,7 @@ def padded_token_share(lengths: list[int] | torch.Tensor, micro_batches: list[in
     for size in micro_batches:
         part = lens[start : start + size]
         real += sum(part)
-        computed += size * max(part, default=0)
+        computed += size * -(-max(part, default=0) // multiple) * multiple
         start += size
     return real, computed
 

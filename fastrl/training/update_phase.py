@@ -171,7 +171,10 @@ def update_policy(
             else:
                 out = actor.update(part, micro_sizes=cut, lr_position=next(positions))
             if epoch == 0:
-                r, c = padded_token_share(part.lengths, micro if micro is not None else _equal_cuts(size, actor.micro_batch_size))
+                r, c = padded_token_share(
+                    part.lengths, micro if micro is not None else _equal_cuts(size, actor.micro_batch_size),
+                    actor.sequence_multiple,
+                )
                 real += r
                 computed += c if collectives.pipeline_size() == 1 else size * part.seq_length  # PP: one fixed shape
             start += size

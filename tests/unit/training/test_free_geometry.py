@@ -113,6 +113,7 @@ def test_rows_are_grouped_by_length_within_each_update():
     assert G.padded_token_share([2, 9, 3, 8], [2, 2]) == (22, 34)
     order = G.length_grouped_order([2, 9, 3, 8], [4])
     assert G.padded_token_share([[2, 9, 3, 8][i] for i in order], [2, 2]) == (22, 24)
+    assert G.padded_token_share([2, 9, 3, 8], [2, 2], multiple=16) == (22, 64)  # FP8: each at 16 columns
     with pytest.raises(ValueError, match="do not split"):
         G.padded_token_share([1, 2], [3])
 

@@ -113,6 +113,7 @@ def test_the_on_policy_first_update_checks_its_loss_too():
     from fastrl.training.update_phase import update_policy
 
     actor = _actor(0.1)
+    actor.sequence_multiple = 1
     actor.forward_backward_on_policy = lambda batch, micro_sizes=None: (
         {"actor/loss": float("nan")}, torch.zeros(len(batch), batch.seq_length)
     )

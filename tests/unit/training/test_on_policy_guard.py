@@ -21,7 +21,7 @@ def _actor(captured_shift: float):
         return {"actor/loss": 0.1}, batch.engine_log_probs + captured_shift * batch.response_mask
 
     return types.SimpleNamespace(
-        micro_batch_size=2, forward_backward_on_policy=on_policy,
+        micro_batch_size=2, sequence_multiple=1, forward_backward_on_policy=on_policy,
         step=lambda **k: calls.append("step") or {"actor/update_skipped": 0.0},
         update=lambda part, **k: calls.append("later") or {"actor/loss": 0.1},
     ), calls
