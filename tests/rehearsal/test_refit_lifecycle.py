@@ -409,7 +409,7 @@ def _run_step_tail(step_module, run, monkeypatch, stop):
     cache release and the refit are what is recorded)."""
     import dataclasses
 
-    batch = types.SimpleNamespace(lengths=[])
+    batch = types.SimpleNamespace(lengths=[], select=lambda order: batch)
     scored = types.SimpleNamespace()
     outcome = types.SimpleNamespace(kept_per_group={})
     monkeypatch.setattr(step_module, "group_size", lambda cfg, ars: 2)
@@ -428,10 +428,11 @@ def _run_step_tail(step_module, run, monkeypatch, stop):
     monkeypatch.setattr(step_module, "check_rollout_mismatch", lambda *a, **k: None)
     monkeypatch.setattr(step_module, "equal_micro_batches", lambda cfg: True)
     monkeypatch.setattr(step_module, "kept_geometry", lambda *a: None)
-    monkeypatch.setattr(step_module, "plan_update", lambda *a, **k: None)
+    monkeypatch.setattr(step_module, "plan_update", lambda *a, **k: types.SimpleNamespace(row_order=(), update_rows=(0,)))
     cfg = types.SimpleNamespace(
         rollout=types.SimpleNamespace(mismatch_tolerance=1.0), parallel=types.SimpleNamespace(micro_batch_size=1),
-        trainer=types.SimpleNamespace(epochs=1, micro_batch_tokens=0), precision=types.SimpleNamespace(mode="bf16"),
+        trainer=types.SimpleNamespace(epochs=1, micro_batch_tokens=0, old_log_probs="auto", group_by_length=True),
+        precision=types.SimpleNamespace(mode="bf16"), on_policy_first_update=True,
         algorithm=types.SimpleNamespace(), pruning=types.SimpleNamespace(seed=0), logprobs_before_pruning=False,
         logging=types.SimpleNamespace(rollouts_every=0),
         mismatch_tolerance=1.0,

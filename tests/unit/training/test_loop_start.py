@@ -23,7 +23,7 @@ def _run(tmp_path, *overrides):
     ctx = types.SimpleNamespace(rank=0, is_logging_rank=True, world_size=1, device="cpu")
     timer = types.SimpleNamespace(phase=lambda name: __import__("contextlib").nullcontext())
     parts = types.SimpleNamespace(cfg=config, ctx=ctx, run_dir=run_dir, timer=timer, actor=None, start_metrics={}, data_metrics={})
-    state = types.SimpleNamespace(step=0, total_steps=2)
+    state = types.SimpleNamespace(step=0, total_steps=2, train_seconds=0.0)
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
     return parts, state
 
