@@ -108,6 +108,23 @@ def check_lengths(n: int, lengths: Any, name: str) -> np.ndarray | None:
     return ln
 
 
+def checked_keep(advantages: Any, group_ids: Any, keep: Any, semantics: str) -> tuple[Batch, np.ndarray]:
+    """The batch (:func:`prepare_batch`) and a pruner's keep mask as bool [N], for the weight
+    functions.
+
+    Raises:
+        ValueError: a bad ``semantics``, a mask of another length, or one that keeps nothing.
+    """
+    check_choice(semantics, "semantics", SEMANTICS)
+    b = prepare_batch(advantages, group_ids)
+    kept = to_numpy(keep).astype(bool).reshape(-1)
+    if kept.shape[0] != b.n:
+        raise ValueError(f"`keep` has {kept.shape[0]} rows but `advantages` has {b.n}; they must match")
+    if not kept.any():
+        raise ValueError("`keep` keeps no rollout: there is nothing to weight")
+    return b, kept
+
+
 def check_multiple(multiple: Any, n: int, allow_padding: bool) -> int:
     """``multiple`` as an int >= 1, at most the batch size ``n`` unless padding is allowed."""
     multiple = check_positive_int(multiple, "multiple")

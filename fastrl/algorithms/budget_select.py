@@ -47,14 +47,13 @@ import torch
 
 from fastrl.algorithms._checks import check_choice, check_positive_int
 from fastrl.algorithms._prune_batch import (
-    SEMANTICS,
     Batch,
     Refill,
     Semantics,
     advantage_buckets,
     check_generator,
     check_lengths,
-    prepare_batch,
+    checked_keep,
     rank_in_segments,
     start_pruner,
     to_numpy,
@@ -217,13 +216,7 @@ def stratified_weights(
     Raises:
         ValueError: mismatched lengths, an empty keep mask, a bad option.
     """
-    check_choice(semantics, "semantics", SEMANTICS)
-    b = prepare_batch(advantages, group_ids)
-    kept = to_numpy(keep).astype(bool).reshape(-1)
-    if kept.shape[0] != b.n:
-        raise ValueError(f"`keep` has {kept.shape[0]} rows but `advantages` has {b.n}; they must match")
-    if not kept.any():
-        raise ValueError("`keep` keeps no rollout: there is nothing to weight")
+    b, kept = checked_keep(advantages, group_ids, keep, semantics)
     cl = np.arange(b.n) if clusters is None else to_numpy(clusters).astype(np.int64).reshape(-1)
     if cl.shape[0] != b.n:
         raise ValueError(f"`clusters` has {cl.shape[0]} rows but `advantages` has {b.n}; they must match")

@@ -20,8 +20,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from fastrl.algorithms._checks import check_choice
-from fastrl.algorithms._prune_batch import SEMANTICS, advantage_buckets, prepare_batch, to_numpy
+from fastrl.algorithms._prune_batch import advantage_buckets, checked_keep, to_numpy
 
 __all__ = ["bucket_size_weights", "inverse_keep_weights"]
 
@@ -108,13 +107,7 @@ def inverse_keep_weights(
 def _bucket_shares(advantages: Any, group_ids: Any, keep: Any, semantics: str, adv_tolerance: float) -> tuple[np.ndarray, np.ndarray]:
     """``members(b) / kept(b)`` on each kept row (0 on pruned rows) as float64 [N], and the bool [N]
     keep mask; raises ValueError on mismatched lengths, an empty mask or a bad option."""
-    check_choice(semantics, "semantics", SEMANTICS)
-    b = prepare_batch(advantages, group_ids)
-    kept = to_numpy(keep).astype(bool).reshape(-1)
-    if kept.shape[0] != b.n:
-        raise ValueError(f"`keep` has {kept.shape[0]} rows but `advantages` has {b.n}; they must match")
-    if not kept.any():
-        raise ValueError("`keep` keeps no rollout: there is nothing to weight")
+    b, kept = checked_keep(advantages, group_ids, keep, semantics)
     bid, num_buckets = advantage_buckets(b, semantics, float(adv_tolerance))
     members = np.bincount(bid, minlength=num_buckets).astype(np.float64)
     kept_in = np.bincount(bid[kept], minlength=num_buckets).astype(np.float64)
