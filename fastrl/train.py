@@ -109,14 +109,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as err:
         print(f"fastrl.train: config error: {err}", file=sys.stderr)
         return 2
-    from fastrl.training.run import log_file, run  # heavy imports only when training
+    from fastrl.training.run import log_file, open_run_log, run  # heavy imports only when training
 
     try:
         return run(config)
     except SystemExit:
         raise
     except BaseException as err:  # noqa: BLE001 - every error after start-up (library BaseExceptions too): one line
-        log = _append_traceback(log_file(config))
+        from fastrl.checkpoint.run_lock import RunDirLocked
+
+        # a trainer refused by the run directory's lock leaves the holder's log alone
+        if not isinstance(err, RunDirLocked):
+            open_run_log()  # an error before the lock was taken: the held start-up lines first
+        log = None if isinstance(err, RunDirLocked) else _append_traceback(log_file(config))
         if args.debug:
             traceback.print_exc()
         sys.stdout.flush()
@@ -124,9 +129,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("fastrl.train: interrupted (Ctrl-C): exited at once, without saving a checkpoint", file=sys.stderr)
         else:
             print(f"fastrl.train: error: {one_line(err)}", file=sys.stderr)
-        where = f"the full log with the traceback: {log}" if log is not None else "no log file could be written"
-        hint = "" if args.debug else "; --debug prints the traceback here"
-        print(f"fastrl.train: {where}{hint}", file=sys.stderr)
+        if not isinstance(err, RunDirLocked):
+            where = f"the full log with the traceback: {log}" if log is not None else "no log file could be written"
+            hint = "" if args.debug else "; --debug prints the traceback here"
+            print(f"fastrl.train: {where}{hint}", file=sys.stderr)
         return INTERRUPTED if isinstance(err, KeyboardInterrupt) else 1
 
 

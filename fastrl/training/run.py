@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import logging.handlers
 import os
 import sys
 import time
@@ -24,23 +25,49 @@ def log_file(config: RunConfig) -> Path:
     return config.run_dir / ("train.log" if rank == 0 else f"train.rank{rank}.log")
 
 
-def _setup_logging(rank: int, file: Path | None = None) -> None:
+def _setup_logging(rank: int, file: Path | None = None, *, hold: bool = False) -> None:
+    """Console logging, and the run's log ``file`` (appended: a chained run's stages share it).
+    ``hold``: the file's records are held in memory until :func:`open_run_log` (after the run
+    directory's lock is taken), so a trainer refused by the lock writes nothing into the log of
+    the trainer that holds it."""
     level = logging.INFO if rank == 0 else logging.WARNING
     fmt = f"%(asctime)s [rank {rank}] %(name)s: %(message)s"
     logging.basicConfig(level=level, format=fmt, datefmt="%H:%M:%S", stream=sys.stdout)
     for noisy in ("megatron", "transformers", "megatron.bridge", "torch.distributed"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    if file is not None:  # the run's log file (appended: a chained run's stages share it)
-        root = logging.getLogger()
-        for old in [h for h in root.handlers if getattr(h, "_fastrl_run_log", False)]:
-            root.removeHandler(old)
-            old.close()
+    if file is None:
+        return
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if getattr(h, "_fastrl_run_log", False)]:
+        root.removeHandler(old)
+        old.close()
+    if hold:
+        handler: logging.Handler = logging.handlers.MemoryHandler(capacity=1 << 30, flushLevel=logging.CRITICAL + 1)
+        handler._fastrl_held_log = (file, level, fmt)  # type: ignore[attr-defined]
+    else:
         file.parent.mkdir(parents=True, exist_ok=True)
         handler = logging.FileHandler(file, mode="a", encoding="utf-8")
-        handler.setLevel(level)
         handler.setFormatter(logging.Formatter(fmt, datefmt="%Y-%m-%d %H:%M:%S"))
-        handler._fastrl_run_log = True  # type: ignore[attr-defined]
-        root.addHandler(handler)
+    handler.setLevel(level)
+    handler._fastrl_run_log = True  # type: ignore[attr-defined]
+    root.addHandler(handler)
+
+
+def open_run_log() -> None:
+    """Write the records :func:`_setup_logging` held to the run's log file and log there from now on."""
+    root = logging.getLogger()
+    for held in [h for h in root.handlers if getattr(h, "_fastrl_held_log", None)]:
+        file, level, fmt = held._fastrl_held_log  # type: ignore[attr-defined]
+        file.parent.mkdir(parents=True, exist_ok=True)
+        target = logging.FileHandler(file, mode="a", encoding="utf-8")
+        target.setLevel(level)
+        target.setFormatter(logging.Formatter(fmt, datefmt="%Y-%m-%d %H:%M:%S"))
+        target._fastrl_run_log = True  # type: ignore[attr-defined]
+        held.setTarget(target)
+        held.flush()
+        root.removeHandler(held)
+        held.close()
+        root.addHandler(target)
 
 
 def source_wait_timeout_s(config: RunConfig) -> float:
@@ -93,7 +120,7 @@ def run(config: RunConfig) -> int:
     from fastrl.distributed.session import distributed_session, export_launch_env
 
     export_launch_env()
-    _setup_logging(int(os.environ.get("RANK", "0")), log_file(config))
+    _setup_logging(int(os.environ.get("RANK", "0")), log_file(config), hold=True)  # written once the lock is ours
     from fastrl.training.run_data import load_run_data
 
     data = load_run_data(config)  # data-file errors first: before the heavy imports and the model build
@@ -105,6 +132,7 @@ def run(config: RunConfig) -> int:
     try:
         with distributed_session(config.parallel, seed=config.trainer.seed, wait_timeout_s=source_wait_timeout_s(config)) as ctx:
             lock = lock_run_dir(config.run_dir, ctx.rank)
+            open_run_log()
             trainer = Trainer(config, ctx, data=data)
             try:
                 summary = trainer.fit()

@@ -23,7 +23,8 @@ RECIPE = "easyvqa_tiny_fastrl_grpo_cpu"
 
 def test_a_second_trainer_on_a_held_run_directory_is_refused_in_one_line(tmp_path):
     """catches: run() not taking the lock (on main the second trainer moved the first's records to
-    metrics.superseded.jsonl and shared its checkpoint staging folder)."""
+    metrics.superseded.jsonl and shared its checkpoint staging folder); the refused trainer writing
+    its start-up lines or its traceback into the holder's train.log."""
     run_dir = tmp_path / RECIPE
     run_dir.mkdir()
     history = json.dumps({"step": 1, "kind": "train"}) + "\n"
@@ -31,10 +32,12 @@ def test_a_second_trainer_on_a_held_run_directory_is_refused_in_one_line(tmp_pat
     holder = {"pid": os.getpid(), "host": socket.gethostname(), "started_at": "2026-12-07T08:00:00+00:00",
               "proc_start": _proc_start(os.getpid()), "slurm_job_id": None, "token": "first"}
     (run_dir / LOCK_FILE).write_text(json.dumps(holder))  # this (live) process holds it
+    (run_dir / "train.log").write_text("the holder's log\n")
     proc = train_process(tmp_path, "trainer.max_steps=1", recipe=RECIPE)
     assert proc.returncode == 1, proc.stderr[-3000:]
     lines = proc.stderr.strip().splitlines()
-    assert lines[-2] == (
+    assert (run_dir / "train.log").read_text() == "the holder's log\n"  # the holder's log is left alone
+    assert lines[-1] == (
         f"fastrl.train: error: RunDirLocked: run directory {run_dir} is in use by another trainer: pid {os.getpid()} "
         f"on host {socket.gethostname()}, started 2026-12-07T08:00:00+00:00 ({run_dir / LOCK_FILE}); stop it first, "
         "or train into another directory (logging.output_dir / logging.run_name)"
