@@ -74,6 +74,16 @@ BENIGN_WARNINGS: tuple[BenignWarning, ...] = (
         "the deprecated collectives are called by megatron-core's distributed optimizer (FastRL calls neither); "
         "they work in torch 2.13",
     ),
+    BenignWarning(
+        FutureWarning, r"`load_state_dict` is deprecated", r"megatron\.core\.dist_checkpointing\.",
+        "printed on every resume: megatron-core 0.16.1's checkpoint loader calls torch's deprecated "
+        "torch.distributed.checkpoint.load_state_dict (FastRL does not); it works in torch 2.13",
+    ),
+    BenignWarning(
+        FutureWarning, r"Please use DTensor instead and we are deprecating ShardedTensor", r"torch\.distributed\.checkpoint\.",
+        "printed on every resume: megatron-core's sharded state dicts are torch ShardedTensors, which torch's "
+        "checkpoint planner still loads in torch 2.13",
+    ),
 )
 
 BENIGN_LOG_RECORDS: tuple[BenignLogRecord, ...] = (

@@ -28,6 +28,13 @@ SEEN = [
                     "`torch.distributed.reduce_scatter_single` instead.", "torch.distributed.c10d_logger"),
     (FutureWarning, "`torch.distributed.all_gather_into_tensor` is deprecated. Please use "
                     "`torch.distributed.all_gather_single` instead.", "torch.distributed.c10d_logger"),
+    # a resume of the default CPU recipe
+    (FutureWarning, "`load_state_dict` is deprecated and will be removed in future versions. Please use `load` instead.",
+     "megatron.core.dist_checkpointing.strategies.torch"),
+    (FutureWarning, "Please use DTensor instead and we are deprecating ShardedTensor.",
+     "torch.distributed.checkpoint.planner_helpers"),
+    (FutureWarning, "Please use DTensor instead and we are deprecating ShardedTensor.",
+     "torch.distributed.checkpoint.default_planner"),
 ]
 
 
