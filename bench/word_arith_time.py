@@ -20,31 +20,37 @@ Intervals: 95% Student t over seeds of the per-seed difference, and the seed x q
 (``bench/paired_stats.py``) with its p-value; per seed, McNemar's exact test on the paired outcomes.
 
 Runs. Every row of a seed runs once (``python -m fastrl.train``, one at a time, the seed setting the
-global, sampling and shuffling seeds) in :func:`bench.heldout.run_order`'s order (rotated blocks:
-the row list rotated by ``2 (seed - 1)`` places), with ``bench_run.json`` beside each run
-(:func:`bench.heldout.run_one`: position, commit, other processes' cores). GRPO trains
-:data:`GRPO_STEPS` steps; every other row trains until its training time reaches
-:data:`BUDGET_S` (``trainer.max_train_time_s``; the step horizon :data:`HORIZON_STEPS`, with
-``trainer.epochs=2`` since one epoch of the 600 training prompts is 75 steps, is the LR schedule's
-and ARS's, set above the steps the budget allows: 59-78 at the committed FastRL step times). Every row keeps a checkpoint for good
-at each training time of :data:`GRID_S` and at each step of :data:`STEP_MARKS`
+global, sampling and shuffling seeds) in :func:`run_order`'s order (the row list rotated left by
+``seed - 1`` places, so with two rows GRPO runs first in odd seeds and second in even ones), with
+``bench_run.json`` beside each run (:func:`bench.heldout.run_one`: position, commit, other
+processes' cores). GRPO trains :data:`GRPO_STEPS` steps and keeps its checkpoints at
+:data:`STEP_MARKS`; every other row trains until its training time reaches :data:`BUDGET_S`
+(``trainer.max_train_time_s``; the step horizon :data:`HORIZON_STEPS`, with ``trainer.epochs=2``
+since one epoch of the 600 training prompts is 75 steps, is the LR schedule's and ARS's, set above
+the 57-75 steps the budget allows at FastRL's 40-53 s steps) and keeps a checkpoint for good at each
+training time of :data:`GRID_S` and at each step of :data:`STEP_MARKS`
 (``checkpoint.save_at_train_s`` / ``save_at_steps``); no held-out evaluation runs during training
 (``data.test_size=0``). After each run its kept checkpoints are evaluated on the test split
 (:func:`bench.eval_checkpoints.evaluate_run`, :data:`TEST_PATH`, :data:`TEST_SIZE` problems; the
-first 300 are the earlier test split) and deleted (``--keep-checkpoints`` keeps them).
+first 300 are the earlier test split) and deleted (``--keep-checkpoints`` keeps them);
+``--no-eval`` trains only (the rows of a sitting back to back on an idle machine) and
+``--eval-only`` evaluates what earlier sittings left, off the training clock.
 
-Fixed before the runs: the budget is 4,200 s, 23% above the longest committed GRPO run (3,406 s of
-training for 20 steps, bench/results/word_arith seed 2), so every seed's ``T_G`` lies inside it;
-the grid is every 600 s and every 300 s from 2,700 s to 4,200 s, where ``T_G`` lies (3,100 and
-3,406 s committed), so the checkpoint of estimand (a) is at most 300 s before ``T_G`` (a bias
-against the pruned rows, never for them).
+Fixed before the runs, from the step times of the trainer that runs them (bench/results/passes/
+2026-12-07: GRPO 111 s a step, so ``T_G`` near 2,300 s; the committed 20-step runs of the slower
+trainer varied 10% between seeds): the budget is 3,000 s, 30% above that; the grid is 600, 1,200 s
+and every 300 s from 1,800 s to 3,000 s, where ``T_G`` lies, so the checkpoint of estimand (a) is
+at most 300 s before ``T_G`` (a bias against the pruned rows, never for them).
 
     python bench/word_arith_time.py --seeds 3 --rows grpo,fastrl_paper_grpo   # one command per sitting
+    python bench/word_arith_time.py --seeds 1 --rows grpo,fastrl_paper_grpo --no-eval   # train only
+    python bench/word_arith_time.py --seeds 1 --rows grpo,fastrl_paper_grpo --eval-only # then evaluate
     python bench/word_arith_time.py --seeds 3 --report-only
     python bench/word_arith_time.py --seeds 1 --rows grpo --out /tmp/w trainer.max_steps=2   # a smoke run
 
-Costs: a GRPO run about 55 minutes of training, a budget row 70; each evaluation of 1,800
-problems about 6-15 minutes (300 took 58-155 s in the committed runs): about 14 per budget row.
+Costs: a GRPO run about 40 minutes of training, a budget row 50; each evaluation of 1,800
+problems about 6-15 minutes (300 took 58-155 s in the committed runs): 4 for GRPO, about 11 per
+budget row.
 """
 
 from __future__ import annotations
@@ -62,12 +68,12 @@ sys.path.insert(0, str(REPO))
 from bench import paired_stats  # noqa: E402
 from bench.algorithms import COMMON, seed_overrides  # noqa: E402
 from bench.eval_checkpoints import evaluate_run  # noqa: E402
-from bench.heldout import Row, _finite, paired_interval, ratio_interval, run_one, run_order, time_to_accuracy  # noqa: E402
+from bench.heldout import Row, _finite, paired_interval, ratio_interval, run_one, time_to_accuracy  # noqa: E402
 
 GRPO_STEPS = 20
-BUDGET_S = 4200.0
+BUDGET_S = 3000.0
 HORIZON_STEPS = 80
-GRID_S = (600.0, 1200.0, 1800.0, 2400.0, 2700.0, 3000.0, 3300.0, 3600.0, 3900.0, 4200.0)
+GRID_S = (600.0, 1200.0, 1800.0, 2100.0, 2400.0, 2700.0, 3000.0)
 STEP_MARKS = (5, 10, 15, 20)
 TEST_PATH = "recipes/data/word_arith_test_large.jsonl"
 TEST_SIZE = 1800
@@ -117,14 +123,23 @@ def registered(rows: tuple[TimedRow, ...] = ROWS) -> list[TimedRow]:
     return [r for r in rows if r.recipe in names]
 
 
+def run_order(labels: list[str], seed: int) -> list[str]:
+    """``labels`` rotated left by ``seed - 1`` places (seed 1: as given), so every row runs in every
+    position of a sitting as the seeds go round."""
+    k = (seed - 1) % len(labels)
+    return labels[k:] + labels[:k]
+
+
 def row_overrides(row: TimedRow) -> list[str]:
-    """The overrides of ``row``'s runs (before the seed's and the command line's)."""
+    """The overrides of ``row``'s runs (before the seed's and the command line's): a budget row runs
+    to :data:`BUDGET_S` with checkpoints on :data:`GRID_S` and at :data:`STEP_MARKS`; GRPO runs
+    :data:`GRPO_STEPS` steps with checkpoints at :data:`STEP_MARKS` only (its last is its step 20)."""
+    marks = f"checkpoint.save_at_steps=[{','.join(map(str, STEP_MARKS))}]"
+    if not row.budget:
+        return [*COMMON, marks, "data.test_size=0", f"trainer.max_steps={GRPO_STEPS}"]
     grid = ",".join(f"{t:g}" for t in GRID_S)
-    length = ([f"trainer.max_steps={HORIZON_STEPS}", "trainer.epochs=2", f"trainer.max_train_time_s={BUDGET_S:g}"]
-              if row.budget
-              else [f"trainer.max_steps={GRPO_STEPS}"])
-    return [*COMMON, f"checkpoint.save_at_train_s=[{grid}]",
-            f"checkpoint.save_at_steps=[{','.join(map(str, STEP_MARKS))}]", "data.test_size=0", *length]
+    return [*COMMON, f"checkpoint.save_at_train_s=[{grid}]", marks, "data.test_size=0",
+            f"trainer.max_steps={HORIZON_STEPS}", "trainer.epochs=2", f"trainer.max_train_time_s={BUDGET_S:g}"]
 
 
 # ---- measurements ------------------------------------------------------------------------
@@ -333,6 +348,18 @@ def collect(out: Path, seeds: list[int], labels: list[str]) -> dict[int, dict[st
     return {s: {label: load_curve(out / f"seed{s}" / BY_LABEL[label].recipe) for label in labels} for s in seeds}
 
 
+def evaluate_finished(out: Path, seeds: list[int], labels: list[str], *, keep_checkpoints: bool) -> None:
+    """Evaluate the kept checkpoints of every finished run of ``seeds`` x ``labels`` under ``out``
+    (a run with no ``FINISHED`` marker is skipped with a line saying so: its sitting trains it on)."""
+    for s in seeds:
+        for label in run_order(labels, s):
+            run_dir = out / f"seed{s}" / BY_LABEL[label].recipe
+            if not (run_dir / "FINISHED").exists():
+                print(f"seed {s} {label}: not finished ({run_dir}); not evaluated", flush=True)
+                continue
+            evaluate_run(run_dir, test_path=TEST_PATH, test_size=TEST_SIZE, delete_evaluated=not keep_checkpoints)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", type=int, default=3, help="seeds 1..N (default 3)")
@@ -341,6 +368,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=2, help="torch threads of each training process")
     p.add_argument("--timeout", type=float, default=4 * 3600, help="seconds one training run may take")
     p.add_argument("--report-only", action="store_true", help="only rebuild the report from evaluated runs")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--no-eval", action="store_true",
+                      help="train only: the rows of the sitting back to back, their checkpoints left for --eval-only")
+    mode.add_argument("--eval-only", action="store_true",
+                      help="only evaluate the kept checkpoints of finished runs (off the training clock), then report")
     p.add_argument("--keep-checkpoints", action="store_true", help="keep the checkpoints after their evaluation")
     p.add_argument("--plot", type=Path, default=PLOT, help="where the curves are drawn (default: %(default)s)")
     p.add_argument("overrides", nargs="*", help="extra dotted key=value overrides for every run")
@@ -354,13 +386,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"--rows: {unknown} are not rows with a registered recipe; rows: {sorted(known)}")
     if BASE not in args.labels:
         p.error(f"--rows must include {BASE!r}: every estimand is against it")
+    if args.report_only and (args.no_eval or args.eval_only):
+        p.error("--report-only trains and evaluates nothing; drop --no-eval / --eval-only")
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     seeds = list(range(1, args.seeds + 1))
-    if not args.report_only:
+    if args.eval_only:
+        evaluate_finished(args.out, seeds, args.labels, keep_checkpoints=args.keep_checkpoints)
+    elif not args.report_only:
         from fastrl.models.packaged import packaged_model_dir
         from recipes.smollm2 import SMOLLM2
 
@@ -374,8 +410,12 @@ def main(argv: list[str] | None = None) -> int:
                 run_one(Row(row.label, row.recipe, row.title), seed_dir,
                         [*row_overrides(row), *seed_overrides(s), *args.overrides], position=position,
                         threads=args.threads, timeout=args.timeout)
-                evaluate_run(seed_dir / row.recipe, test_path=TEST_PATH, test_size=TEST_SIZE,
-                             delete_evaluated=not args.keep_checkpoints)
+                if not args.no_eval:
+                    evaluate_run(seed_dir / row.recipe, test_path=TEST_PATH, test_size=TEST_SIZE,
+                                 delete_evaluated=not args.keep_checkpoints)
+        if args.no_eval:
+            print("trained; evaluate with --eval-only", flush=True)
+            return 0
     per_seed = collect(args.out, seeds, args.labels)
     summary = summarize(per_seed, args.labels)
     text = markdown(summary, committed_power())

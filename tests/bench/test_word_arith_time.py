@@ -49,12 +49,45 @@ def test_holm_adjusts_every_row_but_the_primary(monkeypatch):
 
 
 def test_rows_run_to_the_budget_except_grpo():
-    """catches: GRPO given the time budget, or a budget row left on GRPO's 20 steps."""
+    """catches: GRPO given the time budget or the grid, or a budget row left on GRPO's 20 steps."""
     grpo, fast = (word_arith_time.BY_LABEL[x] for x in ("grpo", "fastrl_paper_grpo"))
     assert "trainer.max_steps=20" in row_overrides(grpo) and not any("max_train_time_s" in o for o in row_overrides(grpo))
-    assert "trainer.max_train_time_s=4200" in row_overrides(fast) and "trainer.max_steps=80" in row_overrides(fast)
+    assert not any("save_at_train_s" in o for o in row_overrides(grpo))  # its last checkpoint is its step 20
+    assert "trainer.max_train_time_s=3000" in row_overrides(fast) and "trainer.max_steps=80" in row_overrides(fast)
     assert "trainer.epochs=2" in row_overrides(fast)  # one epoch of 600 prompts is 75 steps
-    assert "checkpoint.save_at_steps=[5,10,15,20]" in row_overrides(fast)
+    assert "checkpoint.save_at_train_s=[600,1200,1800,2100,2400,2700,3000]" in row_overrides(fast)
+    for row in (grpo, fast):
+        assert "checkpoint.save_at_steps=[5,10,15,20]" in row_overrides(row) and "data.test_size=0" in row_overrides(row)
+
+
+def test_run_order_rotates_a_pair_of_rows():
+    """catches: a rotation by two places (with two rows GRPO would run first in every seed)."""
+    assert [word_arith_time.run_order(["grpo", PRIMARY], s) for s in (1, 2, 3)] == [
+        ["grpo", PRIMARY], [PRIMARY, "grpo"], ["grpo", PRIMARY]]
+    assert word_arith_time.run_order(["a", "b", "c"], 3) == ["c", "a", "b"]
+
+
+def test_eval_only_skips_unfinished_runs(tmp_path, monkeypatch, capsys):
+    """catches: --eval-only evaluating a run its sitting has not finished (its checkpoints then deleted
+    under the trainer), or evaluating nothing."""
+    done = tmp_path / "seed1" / word_arith_time.BY_LABEL["grpo"].recipe
+    running = tmp_path / "seed1" / word_arith_time.BY_LABEL[PRIMARY].recipe
+    for d in (done, running):
+        d.mkdir(parents=True)
+    (done / "FINISHED").write_text("")
+    seen = []
+    monkeypatch.setattr(word_arith_time, "evaluate_run", lambda run_dir, **kw: seen.append((run_dir, kw)))
+    word_arith_time.evaluate_finished(tmp_path, [1], ["grpo", PRIMARY], keep_checkpoints=False)
+    assert seen == [(done, {"test_path": word_arith_time.TEST_PATH, "test_size": 1800, "delete_evaluated": True})]
+    assert "not finished" in capsys.readouterr().out
+
+
+def test_no_eval_and_eval_only_exclude_each_other_and_report_only():
+    with pytest.raises(SystemExit):
+        word_arith_time.parse_args(["--rows", "grpo", "--no-eval", "--eval-only"])
+    with pytest.raises(SystemExit):
+        word_arith_time.parse_args(["--rows", "grpo", "--report-only", "--eval-only"])
+    assert word_arith_time.parse_args(["--rows", "grpo", "--no-eval"]).no_eval
 
 
 def test_mcnemar_and_holm_known_values():
