@@ -20,27 +20,33 @@ Intervals: 95% Student t over seeds of the per-seed difference, and the seed x q
 (``bench/paired_stats.py``) with its p-value; per seed, McNemar's exact test on the paired outcomes.
 
 Runs. Every row of a seed runs once (``python -m fastrl.train``, one at a time, the seed setting the
-global, sampling and shuffling seeds) in :func:`run_order`'s order (the row list rotated left by
-``seed - 1`` places, so with two rows GRPO runs first in odd seeds and second in even ones), with
-``bench_run.json`` beside each run (:func:`bench.heldout.run_one`: position, commit, other
-processes' cores). GRPO trains :data:`GRPO_STEPS` steps and keeps its checkpoints at
-:data:`STEP_MARKS`; every other row trains until its training time reaches :data:`BUDGET_S`
-(``trainer.max_train_time_s``; the step horizon :data:`HORIZON_STEPS`, with ``trainer.epochs=2``
-since one epoch of the 600 training prompts is 75 steps, is the LR schedule's and ARS's, set above
-the 57-75 steps the budget allows at FastRL's 40-53 s steps) and keeps a checkpoint for good at each
-training time of :data:`GRID_S` and at each step of :data:`STEP_MARKS`
-(``checkpoint.save_at_train_s`` / ``save_at_steps``); no held-out evaluation runs during training
-(``data.test_size=0``). After each run its kept checkpoints are evaluated on the test split
-(:func:`bench.eval_checkpoints.evaluate_run`, :data:`TEST_PATH`, :data:`TEST_SIZE` problems; the
-first 300 are the earlier test split) and deleted (``--keep-checkpoints`` keeps them);
-``--no-eval`` trains only (the rows of a sitting back to back on an idle machine) and
+global, sampling and shuffling seeds) in :func:`run_order`'s order: GRPO first, since the budget
+rows' checkpoints are placed at its training time, then the other rows rotated left by ``seed - 1``
+places; ``bench_run.json`` beside each run (:func:`bench.heldout.run_one`: position, commit, other
+processes' cores and the hypervisor's steal, which is how a drift between the positions would show).
+GRPO trains :data:`GRPO_STEPS` steps and keeps its checkpoints at :data:`STEP_MARKS`; every other
+row trains until its training time reaches :data:`BUDGET_S` (``trainer.max_train_time_s``; the step
+horizon :data:`HORIZON_STEPS`, with ``trainer.epochs=2`` since one epoch of the 600 training prompts
+is 75 steps, is the LR schedule's and ARS's, set above the 45-60 steps the budget allows at FastRL's
+40-53 s steps) and keeps a checkpoint for good at each step of :data:`STEP_MARKS`, at each training
+time of the curve grid :data:`GRID_S`, and at each time of the band (:func:`band_times`): every
+:data:`BAND_STEP_S` seconds over the :data:`BAND_S` seconds before ``T_G``, so that the last step
+that ends at or before ``T_G`` is kept when steps are at least :data:`BAND_STEP_S` long (and ends
+at most that far before it otherwise) (``checkpoint.save_at_train_s`` / ``save_at_steps``; a grid
+checkpoint is saved after the step that reaches its time). No held-out evaluation runs during
+training (``data.test_size=0``). After each run the band checkpoints other than the one estimand
+(a) uses are deleted unevaluated (:func:`checkpoints_to_keep`) and the rest are evaluated on the
+test split (:func:`bench.eval_checkpoints.evaluate_run`, :data:`TEST_PATH`, :data:`TEST_SIZE`
+problems; the first 300 are the earlier test split) and deleted (``--keep-checkpoints`` keeps
+them); ``--no-eval`` trains only (the rows of a sitting back to back on an idle machine) and
 ``--eval-only`` evaluates what earlier sittings left, off the training clock.
 
-Fixed before the runs, from the step times of the trainer that runs them (bench/results/passes/
-2026-12-07: GRPO 111 s a step, so ``T_G`` near 2,300 s; the committed 20-step runs of the slower
-trainer varied 10% between seeds): the budget is 3,000 s, 30% above that; the grid is 600, 1,200 s
-and every 300 s from 1,800 s to 3,000 s, where ``T_G`` lies, so the checkpoint of estimand (a) is
-at most 300 s before ``T_G`` (a bias against the pruned rows, never for them).
+Fixed before any budget row ran, from the training time (not the accuracy) of the first GRPO run
+(seed 1: ``T_G`` = 1,745 s, at 43c599c): the budget is 2,400 s, 38% above it (the committed 20-step
+runs of the slower trainer varied 10% between seeds); the curve grid is every 300 s up to the
+budget. (A first grid, fixed from an estimate of ``T_G`` near 2,300 s, would have put the
+checkpoint of estimand (a) 545 s before ``T_G``: its budget row was stopped after two steps and
+deleted.)
 
     python bench/word_arith_time.py --seeds 3 --rows grpo,fastrl_paper_grpo   # one command per sitting
     python bench/word_arith_time.py --seeds 1 --rows grpo,fastrl_paper_grpo --no-eval   # train only
@@ -48,9 +54,8 @@ at most 300 s before ``T_G`` (a bias against the pruned rows, never for them).
     python bench/word_arith_time.py --seeds 3 --report-only
     python bench/word_arith_time.py --seeds 1 --rows grpo --out /tmp/w trainer.max_steps=2   # a smoke run
 
-Costs: a GRPO run about 40 minutes of training, a budget row 50; each evaluation of 1,800
-problems about 6-15 minutes (300 took 58-155 s in the committed runs): 4 for GRPO, about 11 per
-budget row.
+Costs: a GRPO run about 32 minutes, a budget row 43; each evaluation of 1,800 problems about 6-15
+minutes (300 took 58-155 s in the committed runs): 4 for GRPO, 13 per budget row.
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,9 +77,11 @@ from bench.eval_checkpoints import evaluate_run  # noqa: E402
 from bench.heldout import Row, _finite, paired_interval, ratio_interval, run_one, time_to_accuracy  # noqa: E402
 
 GRPO_STEPS = 20
-BUDGET_S = 3000.0
+BUDGET_S = 2400.0
 HORIZON_STEPS = 80
-GRID_S = (600.0, 1200.0, 1800.0, 2100.0, 2400.0, 2700.0, 3000.0)
+GRID_S = (300.0, 600.0, 900.0, 1200.0, 1500.0, 1800.0, 2100.0, 2400.0)
+BAND_S = 250.0
+BAND_STEP_S = 50.0
 STEP_MARKS = (5, 10, 15, 20)
 TEST_PATH = "recipes/data/word_arith_test_large.jsonl"
 TEST_SIZE = 1800
@@ -124,22 +132,84 @@ def registered(rows: tuple[TimedRow, ...] = ROWS) -> list[TimedRow]:
 
 
 def run_order(labels: list[str], seed: int) -> list[str]:
-    """``labels`` rotated left by ``seed - 1`` places (seed 1: as given), so every row runs in every
-    position of a sitting as the seeds go round."""
-    k = (seed - 1) % len(labels)
-    return labels[k:] + labels[:k]
+    """GRPO first (the budget rows' band is placed at its training time), then the other rows of
+    ``labels`` rotated left by ``seed - 1`` places (seed 1: as given)."""
+    others = [x for x in labels if x != BASE]
+    k = (seed - 1) % len(others) if others else 0
+    return [BASE, *others[k:], *others[:k]] if BASE in labels else others[k:] + others[:k]
 
 
-def row_overrides(row: TimedRow) -> list[str]:
-    """The overrides of ``row``'s runs (before the seed's and the command line's): a budget row runs
-    to :data:`BUDGET_S` with checkpoints on :data:`GRID_S` and at :data:`STEP_MARKS`; GRPO runs
-    :data:`GRPO_STEPS` steps with checkpoints at :data:`STEP_MARKS` only (its last is its step 20)."""
+def band_times(t_grpo: float) -> tuple[float, ...]:
+    """The band of checkpoint times before GRPO's training time ``t_grpo`` (seconds): every
+    :data:`BAND_STEP_S` from ``t_grpo - BAND_S`` up to ``t_grpo - BAND_STEP_S``, rounded to 0.1 s."""
+    k = int(BAND_S // BAND_STEP_S)
+    return tuple(round(t_grpo - BAND_STEP_S * i, 1) for i in range(k, 0, -1))
+
+
+def row_overrides(row: TimedRow, t_grpo: float | None = None) -> list[str]:
+    """The overrides of ``row``'s runs (before the seed's and the command line's): GRPO runs
+    :data:`GRPO_STEPS` steps with checkpoints at :data:`STEP_MARKS` only (its last is its step 20);
+    a budget row runs to :data:`BUDGET_S` with checkpoints at :data:`STEP_MARKS`, on :data:`GRID_S`
+    and on the band before ``t_grpo`` (its seed's GRPO training time, :func:`grpo_train_seconds`).
+
+    Raises:
+        ValueError: a budget row without ``t_grpo``."""
     marks = f"checkpoint.save_at_steps=[{','.join(map(str, STEP_MARKS))}]"
     if not row.budget:
         return [*COMMON, marks, "data.test_size=0", f"trainer.max_steps={GRPO_STEPS}"]
-    grid = ",".join(f"{t:g}" for t in GRID_S)
+    if t_grpo is None:
+        raise ValueError(f"{row.label}: its checkpoint band needs its seed's GRPO training time; run GRPO first")
+    grid = ",".join(f"{t:g}" for t in sorted({*GRID_S, *(b for b in band_times(t_grpo) if 0 < b)}))
     return [*COMMON, f"checkpoint.save_at_train_s=[{grid}]", marks, "data.test_size=0",
             f"trainer.max_steps={HORIZON_STEPS}", "trainer.epochs=2", f"trainer.max_train_time_s={BUDGET_S:g}"]
+
+
+def grpo_train_seconds(run_dir: Path) -> float:
+    """GRPO's training time for its steps (``time/train_elapsed`` of its last train record), from a
+    finished run.
+
+    Raises:
+        SystemExit: the run has not finished, or recorded no training time."""
+    if not (run_dir / "FINISHED").exists():
+        raise SystemExit(f"word_arith_time: GRPO's run {run_dir} has not finished; run it first (it sets the band)")
+    times = [r["time/train_elapsed"] for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
+             if r.get("kind") == "train" and "time/train_elapsed" in r]
+    if not times:
+        raise SystemExit(f"word_arith_time: {run_dir / 'metrics.jsonl'} records no time/train_elapsed")
+    return float(times[-1])
+
+
+def checkpoints_to_keep(kept: list[tuple[int, float]], t_grpo: float | None) -> set[int]:
+    """Steps of a run's kept checkpoints (``(step, train_seconds)``, any order) that are evaluated:
+    those of :data:`STEP_MARKS`, the first at or after each time of :data:`GRID_S`, the last at or
+    before ``t_grpo`` (estimand (a)), and the last one; the other band checkpoints are not."""
+    kept = sorted(kept, key=lambda c: c[1])
+    out = {s for s, _ in kept if s in STEP_MARKS}
+    for g in GRID_S:
+        first = next((s for s, t in kept if t >= g), None)
+        if first is not None:
+            out.add(first)
+    if t_grpo is not None:
+        before = [s for s, t in kept if t <= t_grpo]
+        if before:
+            out.add(before[-1])
+    if kept:
+        out.add(kept[-1][0])
+    return out
+
+
+def drop_unused_band(run_dir: Path, t_grpo: float | None) -> list[int]:
+    """Delete the run's kept checkpoints that :func:`checkpoints_to_keep` leaves out (not yet
+    evaluated); their steps."""
+    from bench.eval_checkpoints import checkpoints_to_evaluate
+    from fastrl.checkpoint.manager import CheckpointManager
+
+    found = {c.step: (c, CheckpointManager.verify(c.path).get("train_seconds")) for c in checkpoints_to_evaluate(run_dir)}
+    keep = checkpoints_to_keep([(s, t) for s, (_, t) in found.items() if t is not None], t_grpo)
+    dropped = [s for s, (_, t) in found.items() if t is not None and s not in keep]
+    for s in dropped:
+        shutil.rmtree(found[s][0].path)
+    return sorted(dropped)
 
 
 # ---- measurements ------------------------------------------------------------------------
@@ -348,6 +418,16 @@ def collect(out: Path, seeds: list[int], labels: list[str]) -> dict[int, dict[st
     return {s: {label: load_curve(out / f"seed{s}" / BY_LABEL[label].recipe) for label in labels} for s in seeds}
 
 
+def evaluate(run_dir: Path, label: str, t_grpo: float | None, *, keep_checkpoints: bool) -> None:
+    """Drop a budget row's unused band checkpoints (:func:`drop_unused_band`), then evaluate the rest
+    on the test split."""
+    if BY_LABEL[label].budget:
+        dropped = drop_unused_band(run_dir, t_grpo)
+        if dropped:
+            print(f"{run_dir.name}: band checkpoints not evaluated, deleted: steps {dropped}", flush=True)
+    evaluate_run(run_dir, test_path=TEST_PATH, test_size=TEST_SIZE, delete_evaluated=not keep_checkpoints)
+
+
 def evaluate_finished(out: Path, seeds: list[int], labels: list[str], *, keep_checkpoints: bool) -> None:
     """Evaluate the kept checkpoints of every finished run of ``seeds`` x ``labels`` under ``out``
     (a run with no ``FINISHED`` marker is skipped with a line saying so: its sitting trains it on)."""
@@ -357,7 +437,8 @@ def evaluate_finished(out: Path, seeds: list[int], labels: list[str], *, keep_ch
             if not (run_dir / "FINISHED").exists():
                 print(f"seed {s} {label}: not finished ({run_dir}); not evaluated", flush=True)
                 continue
-            evaluate_run(run_dir, test_path=TEST_PATH, test_size=TEST_SIZE, delete_evaluated=not keep_checkpoints)
+            t_grpo = grpo_train_seconds(out / f"seed{s}" / BY_LABEL[BASE].recipe) if BY_LABEL[label].budget else None
+            evaluate(run_dir, label, t_grpo, keep_checkpoints=keep_checkpoints)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -407,12 +488,12 @@ def main(argv: list[str] | None = None) -> int:
             for position, label in enumerate(order):
                 row = BY_LABEL[label]
                 seed_dir = args.out / f"seed{s}"
+                t_grpo = grpo_train_seconds(seed_dir / BY_LABEL[BASE].recipe) if row.budget else None
                 run_one(Row(row.label, row.recipe, row.title), seed_dir,
-                        [*row_overrides(row), *seed_overrides(s), *args.overrides], position=position,
+                        [*row_overrides(row, t_grpo), *seed_overrides(s), *args.overrides], position=position,
                         threads=args.threads, timeout=args.timeout)
                 if not args.no_eval:
-                    evaluate_run(seed_dir / row.recipe, test_path=TEST_PATH, test_size=TEST_SIZE,
-                                 delete_evaluated=not args.keep_checkpoints)
+                    evaluate(seed_dir / row.recipe, label, t_grpo, keep_checkpoints=args.keep_checkpoints)
         if args.no_eval:
             print("trained; evaluate with --eval-only", flush=True)
             return 0

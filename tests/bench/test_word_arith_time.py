@@ -49,22 +49,50 @@ def test_holm_adjusts_every_row_but_the_primary(monkeypatch):
 
 
 def test_rows_run_to_the_budget_except_grpo():
-    """catches: GRPO given the time budget or the grid, or a budget row left on GRPO's 20 steps."""
+    """catches: GRPO given the time budget or the grid, a budget row left on GRPO's 20 steps, or a
+    budget row without the band before GRPO's time."""
     grpo, fast = (word_arith_time.BY_LABEL[x] for x in ("grpo", "fastrl_paper_grpo"))
     assert "trainer.max_steps=20" in row_overrides(grpo) and not any("max_train_time_s" in o for o in row_overrides(grpo))
     assert not any("save_at_train_s" in o for o in row_overrides(grpo))  # its last checkpoint is its step 20
-    assert "trainer.max_train_time_s=3000" in row_overrides(fast) and "trainer.max_steps=80" in row_overrides(fast)
-    assert "trainer.epochs=2" in row_overrides(fast)  # one epoch of 600 prompts is 75 steps
-    assert "checkpoint.save_at_train_s=[600,1200,1800,2100,2400,2700,3000]" in row_overrides(fast)
-    for row in (grpo, fast):
-        assert "checkpoint.save_at_steps=[5,10,15,20]" in row_overrides(row) and "data.test_size=0" in row_overrides(row)
+    got = row_overrides(fast, 1744.8)
+    assert "trainer.max_train_time_s=2400" in got and "trainer.max_steps=80" in got
+    assert "trainer.epochs=2" in got  # one epoch of 600 prompts is 75 steps
+    assert ("checkpoint.save_at_train_s=[300,600,900,1200,1494.8,1500,1544.8,1594.8,1644.8,1694.8,1800,2100,2400]"
+            in got)
+    for overrides in (row_overrides(grpo), got):
+        assert "checkpoint.save_at_steps=[5,10,15,20]" in overrides and "data.test_size=0" in overrides
+    with pytest.raises(ValueError, match="run GRPO first"):
+        row_overrides(fast)
 
 
-def test_run_order_rotates_a_pair_of_rows():
-    """catches: a rotation by two places (with two rows GRPO would run first in every seed)."""
-    assert [word_arith_time.run_order(["grpo", PRIMARY], s) for s in (1, 2, 3)] == [
-        ["grpo", PRIMARY], [PRIMARY, "grpo"], ["grpo", PRIMARY]]
-    assert word_arith_time.run_order(["a", "b", "c"], 3) == ["c", "a", "b"]
+def test_run_order_puts_grpo_first_and_rotates_the_others():
+    """catches: a rotation that moves GRPO (the band needs its time), or no rotation of the others."""
+    rows = ["grpo", PRIMARY, "stratified_grpo"]
+    assert [word_arith_time.run_order(rows, s) for s in (1, 2, 3)] == [
+        rows, ["grpo", "stratified_grpo", PRIMARY], rows]
+
+
+def test_band_keeps_only_the_checkpoint_before_grpos_time():
+    """catches: the checkpoint of estimand (a) taken after T_G (``<=`` as ``<`` is harmless; ``>=``
+    picks step 34), a grid time's first checkpoint dropped, or the last checkpoint dropped."""
+    # (step, train seconds): step marks, grid saves, and band saves around T_G = 1744.8
+    kept = [(5, 280.0), (6, 330.0), (20, 1010.0), (30, 1510.0), (31, 1560.0), (32, 1610.0), (33, 1700.0),
+            (34, 1750.0), (35, 1805.0), (48, 2410.0)]
+    keep = word_arith_time.checkpoints_to_keep(kept, 1744.8)
+    assert keep == {5, 6, 20, 30, 33, 35, 48}  # 6: first >= 300; 30: first >= 1500; 33: last <= T_G; 35: >= 1800
+    assert word_arith_time.checkpoints_to_keep(kept, None) == {5, 6, 20, 30, 35, 48}
+
+
+def test_grpo_train_seconds_reads_the_last_step(tmp_path):
+    run = tmp_path / "grpo"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"kind": "train", "step": 1, "time/train_elapsed": 90.0}\n'
+                                       '{"kind": "val", "step": 1}\n'
+                                       '{"kind": "train", "step": 2, "time/train_elapsed": 181.5}\n')
+    with pytest.raises(SystemExit, match="has not finished"):
+        word_arith_time.grpo_train_seconds(run)
+    (run / "FINISHED").write_text("")
+    assert word_arith_time.grpo_train_seconds(run) == 181.5
 
 
 def test_eval_only_skips_unfinished_runs(tmp_path, monkeypatch, capsys):
