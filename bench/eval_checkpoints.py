@@ -34,7 +34,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -93,9 +93,12 @@ def _last(records: list[dict], kind: str) -> dict:
 
 
 def evaluate_run(run_dir: Path, *, test_path: str | None, test_size: int, delete_evaluated: bool = False,
-                 runner: Callable[[Sequence[str], Path], int] = subprocess_runner) -> list[dict]:
+                 runner: Callable[[Sequence[str], Path], int] = subprocess_runner,
+                 steps: Collection[int] | None = None) -> list[dict]:
     """Evaluate every checkpoint of :func:`checkpoints_to_evaluate` not yet in ``evals/curve.json``
     (for this ``test_path`` / ``test_size``), record it there, and return the curve (by step).
+    ``steps``: evaluate only the checkpoints of these steps now (the others are left for a later
+    call), so that what an estimand needs can be evaluated first.
 
     Raises:
         SystemExit: the run has no checkpoint, or an evaluation failed (its log is named).
@@ -106,8 +109,8 @@ def evaluate_run(run_dir: Path, *, test_path: str | None, test_size: int, delete
     curve = json.loads(curve_path.read_text()) if curve_path.exists() else []
     split = {"test_path": test_path, "test_size": test_size}
     done = {e["step"] for e in curve if {k: e.get(k) for k in split} == split}
-    todo = [c for c in checkpoints_to_evaluate(run_dir) if c.step not in done]
-    if not todo and not done:
+    todo = [c for c in checkpoints_to_evaluate(run_dir) if c.step not in done and (steps is None or c.step in steps)]
+    if not todo and not done and steps is None:
         raise SystemExit(f"eval_checkpoints: {run_dir} has no complete checkpoint to evaluate")
     run_args = run_arguments(run_dir)
     for ck in todo:

@@ -73,7 +73,7 @@ sys.path.insert(0, str(REPO))
 
 from bench import paired_stats  # noqa: E402
 from bench.algorithms import COMMON, seed_overrides  # noqa: E402
-from bench.eval_checkpoints import evaluate_run  # noqa: E402
+from bench.eval_checkpoints import checkpoints_to_evaluate, evaluate_run  # noqa: E402
 from bench.heldout import Row, _finite, paired_interval, ratio_interval, run_one, time_to_accuracy  # noqa: E402
 
 GRPO_STEPS = 20
@@ -418,27 +418,46 @@ def collect(out: Path, seeds: list[int], labels: list[str]) -> dict[int, dict[st
     return {s: {label: load_curve(out / f"seed{s}" / BY_LABEL[label].recipe) for label in labels} for s in seeds}
 
 
-def evaluate(run_dir: Path, label: str, t_grpo: float | None, *, keep_checkpoints: bool) -> None:
+def estimand_steps(run_dir: Path, label: str, t_grpo: float | None) -> set[int]:
+    """The steps of the run's checkpoints an estimand reads: GRPO's last (its final accuracy); a
+    budget row's step :data:`GRPO_STEPS` (equal steps) and its last at or before ``t_grpo`` (equal
+    time)."""
+    from fastrl.checkpoint.manager import CheckpointManager
+
+    found = [(c.step, CheckpointManager.verify(c.path).get("train_seconds")) for c in checkpoints_to_evaluate(run_dir)]
+    if not BY_LABEL[label].budget:
+        return {max(s for s, _ in found)} if found else set()
+    before = [s for s, t in sorted(found, key=lambda c: c[0]) if t is not None and t_grpo is not None and t <= t_grpo]
+    return {GRPO_STEPS, *before[-1:]}
+
+
+def evaluate(run_dir: Path, label: str, t_grpo: float | None, *, keep_checkpoints: bool,
+             first_pass: bool = False) -> None:
     """Drop a budget row's unused band checkpoints (:func:`drop_unused_band`), then evaluate the rest
-    on the test split."""
+    on the test split (``first_pass``: only the checkpoints of :func:`estimand_steps`)."""
     if BY_LABEL[label].budget:
         dropped = drop_unused_band(run_dir, t_grpo)
         if dropped:
             print(f"{run_dir.name}: band checkpoints not evaluated, deleted: steps {dropped}", flush=True)
-    evaluate_run(run_dir, test_path=TEST_PATH, test_size=TEST_SIZE, delete_evaluated=not keep_checkpoints)
+    evaluate_run(run_dir, test_path=TEST_PATH, test_size=TEST_SIZE, delete_evaluated=not keep_checkpoints,
+                 steps=estimand_steps(run_dir, label, t_grpo) if first_pass else None)
 
 
 def evaluate_finished(out: Path, seeds: list[int], labels: list[str], *, keep_checkpoints: bool) -> None:
     """Evaluate the kept checkpoints of every finished run of ``seeds`` x ``labels`` under ``out``
-    (a run with no ``FINISHED`` marker is skipped with a line saying so: its sitting trains it on)."""
-    for s in seeds:
-        for label in run_order(labels, s):
-            run_dir = out / f"seed{s}" / BY_LABEL[label].recipe
-            if not (run_dir / "FINISHED").exists():
-                print(f"seed {s} {label}: not finished ({run_dir}); not evaluated", flush=True)
-                continue
-            t_grpo = grpo_train_seconds(out / f"seed{s}" / BY_LABEL[BASE].recipe) if BY_LABEL[label].budget else None
-            evaluate(run_dir, label, t_grpo, keep_checkpoints=keep_checkpoints)
+    in two passes: first the checkpoints the estimands read (:func:`estimand_steps`) in every run,
+    then the rest of the curves (a run with no ``FINISHED`` marker is skipped with a line saying so:
+    its sitting trains it on)."""
+    for first_pass in (True, False):
+        for s in seeds:
+            for label in run_order(labels, s):
+                run_dir = out / f"seed{s}" / BY_LABEL[label].recipe
+                if not (run_dir / "FINISHED").exists():
+                    if first_pass:
+                        print(f"seed {s} {label}: not finished ({run_dir}); not evaluated", flush=True)
+                    continue
+                t_grpo = grpo_train_seconds(out / f"seed{s}" / BY_LABEL[BASE].recipe) if BY_LABEL[label].budget else None
+                evaluate(run_dir, label, t_grpo, keep_checkpoints=keep_checkpoints, first_pass=first_pass)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -2,6 +2,7 @@
 paired statistics it uses (bench/word_arith_time.py, bench/paired_stats.py)."""
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -83,6 +84,20 @@ def test_band_keeps_only_the_checkpoint_before_grpos_time():
     assert word_arith_time.checkpoints_to_keep(kept, None) == {5, 6, 20, 30, 35, 48}
 
 
+def test_estimand_steps_are_grpos_last_and_the_rows_equal_time_and_equal_steps(tmp_path, monkeypatch):
+    """catches: the first pass evaluating GRPO's first checkpoint instead of its last, or a budget
+    row's checkpoint after T_G."""
+    from bench.eval_checkpoints import CheckpointInfo
+    from fastrl.checkpoint.manager import CheckpointManager
+
+    seconds = {5: 200.0, 20: 900.0, 48: 1710.0, 51: 1830.0}
+    monkeypatch.setattr(word_arith_time, "checkpoints_to_evaluate",
+                        lambda run_dir: [CheckpointInfo(tmp_path / str(s), s) for s in sorted(seconds)])
+    monkeypatch.setattr(CheckpointManager, "verify", staticmethod(lambda path: {"train_seconds": seconds[int(Path(path).name)]}))
+    assert word_arith_time.estimand_steps(tmp_path, "grpo", None) == {51}
+    assert word_arith_time.estimand_steps(tmp_path, PRIMARY, 1744.8) == {20, 48}
+
+
 def test_grpo_train_seconds_reads_the_last_step(tmp_path):
     run = tmp_path / "grpo"
     run.mkdir()
@@ -105,8 +120,10 @@ def test_eval_only_skips_unfinished_runs(tmp_path, monkeypatch, capsys):
     (done / "FINISHED").write_text("")
     seen = []
     monkeypatch.setattr(word_arith_time, "evaluate_run", lambda run_dir, **kw: seen.append((run_dir, kw)))
+    monkeypatch.setattr(word_arith_time, "estimand_steps", lambda run_dir, label, t: {20})
     word_arith_time.evaluate_finished(tmp_path, [1], ["grpo", PRIMARY], keep_checkpoints=False)
-    assert seen == [(done, {"test_path": word_arith_time.TEST_PATH, "test_size": 1800, "delete_evaluated": True})]
+    split = {"test_path": word_arith_time.TEST_PATH, "test_size": 1800, "delete_evaluated": True}
+    assert seen == [(done, {**split, "steps": {20}}), (done, {**split, "steps": None})]  # estimands first
     assert "not finished" in capsys.readouterr().out
 
 
