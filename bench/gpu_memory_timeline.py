@@ -11,8 +11,13 @@ What runs (one H100 or H200; no vLLM, no Transformer Engine, no network; part 4 
   project's own ``build_policy`` (megatron-core, megatron-bridge; actor and frozen reference) and
   ``Actor`` (megatron's DistributedOptimizer, Adam), at the layout and settings of the recipe
   ``qwen25vl_3b_fastrl_grpo_geo3k_1xh200_bf16`` (TP1 PP1 DP1, bf16, micro-batch 1, KL loss);
-- the rollouts: ``--rollouts`` (2) of ``--prompt-len`` + ``--response-len`` tokens (the recipe's
-  2,048 + 2,048), each prompt one image at the processor's lower pixel bound (``data.min_pixels``:
+- the rollouts: ``--rollouts`` (2) of ``--prompt-len`` + ``--response-len`` tokens (1,024 + 1,024, half
+  the recipe's maximum lengths, the plan computed for the same lengths: without Transformer Engine
+  megatron-core's local ``DotProductAttention`` keeps each layer's T x T attention probabilities for
+  the backward pass (fp32 softmax output and bf16 copy: about 6 bytes x 16 heads x T^2 per layer by
+  megatron-core 0.16.1's code, read, not measured: 13.5 GiB over 36 layers at T = 2,048, 54 GiB at
+  4,096), which the plan, written for Transformer Engine's fused attention, does not count), each
+  prompt one image at the processor's lower pixel bound (``data.min_pixels``:
   38 x 38 patches, 361 image tokens; the plan counts ``min_pixels / 784`` = 334);
 - the engine: ``bench/engine_standin.py``, a process of its own on the same GPU that claims and frees
   the engine's share as vLLM's sleep levels do (its sizes are the plan's: weights, KV cache and
@@ -60,8 +65,10 @@ CUDA layer (``tests/rehearsal/fake_cuda.py``) stands in for torch's ``reduce_ten
 Writes into ``--out`` (default ``$OUT`` when set, else runs/memory_timeline): ``memory_timeline.md``
 (the tables), ``memory_timeline.json`` (rows, probe, plans, the stand-in's exit) and
 ``memory_timeline.jsonl`` (one row per phase as measured). Exit status 0 when every phase and the
-probe ran and the stand-in exited cleanly, 1 otherwise (an out-of-memory phase is a row with its
-error, and the next phase runs), 2 without CUDA outside ``--cpu-smoke``.
+probe ran and the stand-in exited cleanly, 1 otherwise, 2 without CUDA outside ``--cpu-smoke``. A
+phase that runs out of memory is a row with its error, and the next phase runs; where the plan says
+that phase does not fit the GPU, its row says so and it counts as run (the plan's prediction held).
+On an H100 the plan of this H200 layout does not fit its engine-awake phases.
 
     python bench/gpu_memory_timeline.py                  # on the GPU machine (bench/gpu_check.sh runs it)
     python bench/gpu_memory_timeline.py --cpu-smoke      # here
@@ -121,13 +128,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--cpu-smoke", action="store_true", help="tiny shapes on the CPU (gloo, fp32), well under a minute")
     p.add_argument("--out", type=Path, default=Path(os.environ["OUT"]) if os.environ.get("OUT") else REPO / "runs" / "memory_timeline")
     p.add_argument("--rollouts", type=int, default=2, help="rollouts of the step (the recipe's micro-batch of 1: one micro-batch each)")
-    p.add_argument("--prompt-len", type=int, default=None, help="prompt tokens (default: the recipe's 2048; 16 in --cpu-smoke)")
-    p.add_argument("--response-len", type=int, default=None, help="response tokens (default: the recipe's 2048; 16 in --cpu-smoke)")
+    p.add_argument("--prompt-len", type=int, default=None, help="prompt tokens (default 1024; 16 in --cpu-smoke)")
+    p.add_argument("--response-len", type=int, default=None, help="response tokens (default 1024; 16 in --cpu-smoke)")
     p.add_argument("--gpu-memory-utilization", type=float, default=None,
                    help="the engine's share of the GPU (default: the recipe's); the plan uses the same")
     p.add_argument("--probe-seconds", type=float, default=15.0, help="time limit of the all-gather probe")
     args = p.parse_args(argv)
-    default_len = 16 if args.cpu_smoke else 2048
+    default_len = 16 if args.cpu_smoke else 1024
     args.prompt_len = args.prompt_len or default_len
     args.response_len = args.response_len or default_len
     if args.rollouts < 1:
@@ -152,11 +159,11 @@ def plan_config(args: argparse.Namespace, gpu_gib: float, optimizer_format: str 
     return apply_overrides(base, overrides)
 
 
-def plan_numbers(plan, phase: str | None) -> dict[str, float] | None:
+def plan_numbers(plan, phase: str | None) -> dict[str, Any] | None:
     """The plan's GiB for ``phase`` on the generating GPU: ``trainer`` (allocated), ``reserved``
-    (allocated + the allocator's cache), ``engine`` and ``total`` (with the reserve). ``empty_cache``
-    is no phase of the plan: the full state allocated (the generation phase's trainer), nothing
-    cached, the engine asleep."""
+    (allocated + the allocator's cache), ``engine`` and ``total`` (with the reserve), and ``fits``
+    (total <= the GPU). ``empty_cache`` is no phase of the plan: the full state allocated (the
+    generation phase's trainer), nothing cached, the engine asleep."""
     if phase is None:
         return None
     if phase == "empty_cache":
@@ -164,8 +171,9 @@ def plan_numbers(plan, phase: str | None) -> dict[str, float] | None:
     else:
         row = plan.row(phase)
         trainer, cache, engine = row.trainer_gib, row.cache_gib, row.engine_gib
-    return {"trainer_gib": trainer, "reserved_gib": trainer + cache, "engine_gib": engine,
-            "total_gib": trainer + cache + engine + plan.reserve_gib}
+    total = trainer + cache + engine + plan.reserve_gib
+    return {"trainer_gib": trainer, "reserved_gib": trainer + cache, "engine_gib": engine, "total_gib": total,
+            "fits": total <= plan.gpu_memory_gib}
 
 
 def engine_sizes(plan, scale: int) -> dict[str, int]:

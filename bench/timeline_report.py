@@ -20,6 +20,13 @@ def _mib(row: dict, key: str, measured: bool) -> str:
     return "" if row.get(key) is None else f"{row[key] / 2**20:.1f}"
 
 
+def planned_oom(row: dict) -> bool:
+    """A phase that ran out of memory where the plan says it does not fit: the plan's prediction
+    confirmed, not a failure of the check."""
+    plan = row.get("plan")
+    return row["status"].startswith("out of memory") and plan is not None and not plan["fits"]
+
+
 def markdown(result: dict) -> str:
     """The timeline table, the per-phase details, the probe table and the plan's own table."""
     env, st = result["environment"], result["settings"]
@@ -47,8 +54,11 @@ def markdown(result: dict) -> str:
         plan = r.get("plan")
         plan_cells = (["—"] * 4 if plan is None else
                       [f"{plan[k]:.2f}" for k in ("trainer_gib", "reserved_gib", "engine_gib", "total_gib")])
+        if plan is not None and not plan["fits"]:
+            plan_cells[-1] += " (> GPU)"
+        status = f"{r['status']} (the plan: does not fit)" if planned_oom(r) else r["status"]
         lines.append(
-            f"| {r['phase']} | {r['status']} | {r['seconds']:.1f} | {_gib(r['peak_allocated_bytes'], cuda)} "
+            f"| {r['phase']} | {status} | {r['seconds']:.1f} | {_gib(r['peak_allocated_bytes'], cuda)} "
             f"| {_gib(r['allocated_bytes'], cuda)} | {_gib(r['reserved_bytes'], cuda)} | {engine} "
             f"| {_gib(r['device_used_bytes'], cuda)} | {r['plan_phase'] or '—'} | {' | '.join(plan_cells)} |"
         )
@@ -78,11 +88,9 @@ def markdown(result: dict) -> str:
 
 
 def passed(result: dict, phases: tuple[str, ...]) -> bool:
-    """Every phase of ``phases`` ran, in order, without error; every probe size ran (or was skipped for
-    time); the stand-in exited with status 0."""
-    rows_ok = [r["phase"] for r in result["rows"]] == list(phases) and all(r["status"] == "ok" for r in result["rows"])
+    """Every phase of ``phases`` ran, in order, without error (or out of memory where the plan says it
+    does not fit); every probe size ran (or was skipped for time); the stand-in exited with status 0."""
+    rows_ok = [r["phase"] for r in result["rows"]] == list(phases) and all(r["status"] == "ok" or planned_oom(r) for r in result["rows"])
     probe_ok = bool(result["collective_probe"]) and all(
         p["status"] == "ok" or p["status"].startswith("skipped") for p in result["collective_probe"])
     return rows_ok and probe_ok and result["engine_standin"].get("exit_code") == 0
-
-
