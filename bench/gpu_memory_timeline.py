@@ -51,9 +51,10 @@ the phase it is compared with):
 11. ``level-1 sleep`` / ``level-1 wake``: vLLM's level 1 (weights to host memory; FastRL sleeps at
     level 2), not in the plan.
 
-Then a probe of at most ``--probe-seconds`` (15): the peak extra bytes torch allocates for an
-``all_gather`` into a list of tensors and for an ``all_gather_into_tensor`` into one flat buffer, on
-the run's process group (NCCL, one rank), for shards of 256 MiB to 4 GiB.
+Then a probe of at most ``--probe-seconds`` (15), ``fastrl.distributed.allgather_staging``: the peak
+extra bytes torch allocates for an ``all_gather`` into a list of tensors and for an
+``all_gather_into_tensor`` into one flat buffer, on the run's process group (NCCL, one rank), for
+shards of 256 MiB to 4 GiB.
 
 ``--cpu-smoke``: the same code with tiny shapes on the CPU (gloo, fp32, the stand-in's sizes 1/4096
 of the plan's in host memory), in well under a minute. Memory figures read "n/a (CPU)"; every
@@ -201,7 +202,6 @@ class EngineStandIn:
         self.proc = subprocess.Popen(cmd, pass_fds=(child.fileno(),), cwd=REPO)
         child.close()
         self.sock = parent
-        self.last_memory: dict = {}
 
     def request(self, req: dict) -> None:
         self.wire.send_message(self.sock, req)
@@ -209,7 +209,6 @@ class EngineStandIn:
     def wait(self, _handle: Any = None) -> dict:
         """The next reply. Raises RuntimeError on an error reply (its message)."""
         reply = self.wire.recv_message(self.sock)
-        self.last_memory = reply.get("memory", {})
         if not reply.get("ok"):
             raise RuntimeError(f"engine stand-in: {reply.get('error')}")
         return reply
@@ -359,63 +358,6 @@ def tensor_bytes(obj: Any) -> dict[str, int]:
     return out
 
 
-def _extra_bytes(cuda: bool, fn: Callable[[], Any]) -> int | None:
-    """The peak bytes torch allocates while ``fn`` runs, beyond what was allocated before (None on the CPU)."""
-    import torch
-
-    if not cuda:
-        fn()
-        return None
-    torch.cuda.synchronize()
-    base = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    fn()
-    torch.cuda.synchronize()
-    return torch.cuda.max_memory_allocated() - base
-
-
-def _gather_once(nbytes: int, device, world: int) -> dict:
-    """One shard of ``nbytes`` (fp32) gathered both ways: the extra bytes of each and whether every output holds the shard."""
-    import torch
-    import torch.distributed as dist
-
-    cuda = device.type == "cuda"
-    shard = torch.full((nbytes // 4,), 1.5, dtype=torch.float32, device=device)
-    outputs = [torch.empty_like(shard) for _ in range(world)]
-    list_extra = _extra_bytes(cuda, lambda: dist.all_gather(outputs, shard))
-    flat = torch.empty(world * shard.numel(), dtype=shard.dtype, device=device)
-    flat_extra = _extra_bytes(cuda, lambda: dist.all_gather_into_tensor(flat, shard))
-    same = all(torch.equal(o, shard) for o in outputs) and all(torch.equal(c, shard) for c in flat.chunk(world))
-    return {"list_extra_bytes": list_extra, "flat_extra_bytes": flat_extra,
-            "status": "ok" if same else "WRONG: the gathered data differ from the shard"}
-
-
-def collective_probe(device, sizes: tuple[int, ...], budget_s: float) -> list[dict]:
-    """Per shard size (bytes, fp32): the peak bytes torch allocates beyond the output tensors for
-    ``all_gather`` into a list of tensors and for ``all_gather_into_tensor`` into one flat buffer,
-    on the default process group (None on the CPU); sizes after ``budget_s`` seconds are skipped."""
-    import torch
-    import torch.distributed as dist
-
-    cuda = device.type == "cuda"
-    world, rows, start = dist.get_world_size(), [], time.perf_counter()
-    for nbytes in sizes:
-        row: dict = {"backend": str(dist.get_backend()), "world_size": world, "shard_bytes": nbytes}
-        rows.append(row)
-        if time.perf_counter() - start > budget_s:
-            row["status"] = f"skipped (the probe's {budget_s:g} s were spent)"
-            continue
-        t0 = time.perf_counter()
-        try:
-            row.update(_gather_once(nbytes, device, world))
-        except Exception as error:  # noqa: BLE001 -- recorded; the next size runs
-            row["status"] = describe_error(error)
-        row["seconds"] = time.perf_counter() - t0
-        if cuda:
-            torch.cuda.empty_cache()
-    return rows
-
-
 def run_timeline(args: argparse.Namespace, cfg, hf_dir: Path, names: list[str], batch_cpu, plans: dict, out: Path,
                  scale: int) -> dict:
     """Every phase, the probe and the stand-in's exit, inside the run's process group."""
@@ -423,6 +365,7 @@ def run_timeline(args: argparse.Namespace, cfg, hf_dir: Path, names: list[str], 
 
     from fastrl.checkpoint.actor_state import sharded_state_dict
     from fastrl.compat.bridge_export import use_weight_names
+    from fastrl.distributed.allgather_staging import staging_probe
     from fastrl.distributed.session import distributed_session
     from fastrl.models.logprobs import compute_log_probs
     from fastrl.models.provider import build_policy, export_hf_weights
@@ -532,7 +475,7 @@ def run_timeline(args: argparse.Namespace, cfg, hf_dir: Path, names: list[str], 
                     timeline.run(name, plan_phase, lambda fmt=fmt: save(fmt), plan_format=fmt)
                 else:
                     timeline.run(name, plan_phase, steps[name])
-            probe = collective_probe(device, PROBE_BYTES if cuda else PROBE_BYTES_SMOKE, args.probe_seconds)
+            probe = staging_probe(device, PROBE_BYTES if cuda else PROBE_BYTES_SMOKE, args.probe_seconds)
         finally:
             engine = s.get("engine")
             standin = engine.close() if engine is not None else {"exit_code": None, "calls": "never started"}

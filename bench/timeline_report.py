@@ -70,8 +70,9 @@ def markdown(result: dict) -> str:
                          f"{d['bucket_bytes'] / 2**20:g} MiB, {d['gb_per_s']:.2f} GB/s; the stand-in received all of them")
         elif r["phase"].startswith("save ") and "optimizer" in d:
             m, o = d["model"], d["optimizer"]
-            lines.append(f"- {r['phase']}: state dict model {m['tensors']} tensors; optimizer {o['tensors']} tensors, "
-                         f"{o['cuda_bytes'] / GIB:.3f} GiB on the GPU, {o['cpu_bytes'] / GIB:.3f} GiB in host memory")
+            lines.append(f"- {r['phase']}: state dict model {m['tensors']} tensors; optimizer {o['tensors']} tensors whose "
+                         f"storages hold {o['cuda_bytes'] / GIB:.3f} GiB on the GPU and {o['cpu_bytes'] / GIB:.3f} GiB in host "
+                         f"memory (the optimizer's own tensors where not copied; the transient is the peak column)")
         elif r["phase"] == "update" and d:
             lines.append(f"- update: loss {d['actor/loss']:.4g}, grad norm {d['actor/grad_norm']:.4g}")
     sb = result["engine_standin"]
