@@ -103,12 +103,15 @@ def hf_config(s: Shapes):
         window_size=112, fullatt_block_indexes=list(s.fullatt_block_indexes), out_hidden_size=s.hidden_size,
         tokens_per_second=2, hidden_act="silu", initializer_range=0.02,
     )
-    return Qwen2_5_VLConfig(
+    config = Qwen2_5_VLConfig(
         text_config=text_config, vision_config=vision_config, image_token_id=s.image_token_id,
         video_token_id=s.video_token_id, vision_start_token_id=s.vision_start_token_id,
-        vision_end_token_id=s.vision_end_token_id, tie_word_embeddings=s.tie_word_embeddings,
-        architectures=["Qwen2_5_VLForConditionalGeneration"], **ids,
+        vision_end_token_id=s.vision_end_token_id, tie_word_embeddings=s.tie_word_embeddings, **ids,
     )
+    # transformers 4.57 reads ``architectures`` of this config from its text config (as a saved
+    # model writes it: both); megatron-bridge refuses a config without it
+    config.architectures = config.text_config.architectures = ["Qwen2_5_VLForConditionalGeneration"]
+    return config
 
 
 def write_model_dir(path: Path, s: Shapes) -> Path:

@@ -8,10 +8,15 @@ NA = "n/a (CPU)"
 GIB = 2**30
 
 
+def _num(gib: float) -> str:
+    """GiB with two decimals, or three significant digits below 0.1 (the CPU smoke run's tiny plan)."""
+    return f"{gib:.2f}" if gib == 0 or abs(gib) >= 0.1 else f"{gib:.3g}"
+
+
 def _gib(value: int | float | None, measured: bool = True) -> str:
     if not measured:
         return NA
-    return "" if value is None else f"{value / GIB:.2f}"
+    return "" if value is None else _num(value / GIB)
 
 
 def _mib(row: dict, key: str, measured: bool) -> str:
@@ -33,7 +38,8 @@ def markdown(result: dict) -> str:
     cuda = env["device"] != "CPU"
     sizes = st["engine_bytes"]
     scale = f" (1/{st['scale']} of the plan's, in host memory)" if st["scale"] != 1 else ""
-    params = f"{result['parameters'] / 1e9:.2f}B" if result.get("parameters") else "?"
+    count = result.get("parameters") or 0
+    params = f"{count / 1e9:.2f}B" if count >= 1e8 else f"{count / 1e6:.3g}M"
     lines = [
         f"Memory timeline of one step: {st['model']}, {params} parameters, recipe {st['recipe']} at TP1 PP1 DP1, "
         f"{st['precision']}, {st['rollouts']} rollouts of {st['prompt_len']} + {st['response_len']} tokens "
@@ -53,7 +59,7 @@ def markdown(result: dict) -> str:
         engine = f"{_gib(e.get('reserved_bytes'))} ({state})" if cuda else f"{NA}: {state}"
         plan = r.get("plan")
         plan_cells = (["—"] * 4 if plan is None else
-                      [f"{plan[k]:.2f}" for k in ("trainer_gib", "reserved_gib", "engine_gib", "total_gib")])
+                      [_num(plan[k]) for k in ("trainer_gib", "reserved_gib", "engine_gib", "total_gib")])
         if plan is not None and not plan["fits"]:
             plan_cells[-1] += " (> GPU)"
         status = f"{r['status']} (the plan: does not fit)" if planned_oom(r) else r["status"]

@@ -33,7 +33,7 @@ def test_3b_config_has_the_published_dimensions_the_plan_counts(tmp_path):
     dims = ModelDims.from_hf_config(config, "Qwen/Qwen2.5-VL-3B-Instruct")
     assert dims == KNOWN_MODELS["Qwen/Qwen2.5-VL-3B-Instruct"]
     assert 3.7e9 < dims.total_params() < 3.8e9
-    assert config["model_type"] == "qwen2_5_vl" and config["tie_word_embeddings"] is True
+    assert config["model_type"] == "qwen2_5_vl" and config["text_config"]["tie_word_embeddings"] is True
     assert config["text_config"]["rope_scaling"]["mrope_section"] == [16, 24, 24]
     assert config["vision_config"]["fullatt_block_indexes"] == [7, 15, 23, 31]
     assert (config["image_token_id"], config["vision_start_token_id"], config["vision_end_token_id"]) == (151655, 151652, 151653)
