@@ -3,7 +3,7 @@
 steps of the default recipe on CUDA with NCCL, the CUDA IPC refit, and the memory timeline of one
 Qwen2.5-VL-3B-architecture step beside the memory plan, printed as tables. Started by bench/gpu_check.sh
 (which installs the carried wheels first); ``--cpu-smoke`` runs the same code with tiny sizes on
-the CPU (gloo) in a minute or two, ``--dry-run`` prints the commands it would run.
+the CPU (gloo) in under a minute, ``--dry-run`` prints the commands it would run.
 
     bench/gpu_check.sh                       # on the GPU machine: wheels, then this script
     python bench/gpu_check.py --cpu-smoke    # here: the same path, tiny, on the CPU

@@ -13,7 +13,7 @@
 #   bench/gpu_check.sh --skip-actor --skip-train --skip-ipc
 #
 #   bench/gpu_check.sh                 # on the GPU machine
-#   bench/gpu_check.sh --cpu-smoke     # here: same entry, tiny sizes, CPU, project venv, 1-2 minutes
+#   bench/gpu_check.sh --cpu-smoke     # here: same entry, tiny sizes, CPU, project venv, < 1 minute
 #   bench/gpu_check.sh --dry-run       # the commands it would run
 #
 # Environment: WHEELS_DIR (default shared/wheels), GPU_CHECK_SITE (default /tmp/fastrl-gpu-site),
