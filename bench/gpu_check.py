@@ -1,6 +1,7 @@
 #!/usr/bin/env python
 """One-shot GPU check: actor-step throughput of the tiny and ~1B Qwen2.5-VL policies and 5 training
-steps of the default recipe on CUDA with NCCL, printed as one table. Started by bench/gpu_check.sh
+steps of the default recipe on CUDA with NCCL, the CUDA IPC refit, and the memory timeline of one
+Qwen2.5-VL-3B-architecture step beside the memory plan, printed as tables. Started by bench/gpu_check.sh
 (which installs the carried wheels first); ``--cpu-smoke`` runs the same code with tiny sizes on
 the CPU (gloo) in under a minute, ``--dry-run`` prints the commands it would run.
 
@@ -20,11 +21,18 @@ table; whatever a part measured before it failed is kept):
    engine process with one and two worker processes, 2 GiB in 256 MiB buckets: bit-exact arrival,
    sums of squares, the trainer's memory back at its baseline, GB/s. The CPU smoke run says
    "not run" (a CUDA IPC handle needs a GPU).
+4. ``bench/gpu_memory_timeline.py``: the CUDA memory timeline of one step of the Qwen2.5-VL-3B
+   architecture (random weights) at the 1xH200 recipe's layout beside the memory plan's number for
+   each phase, with an engine stand-in process claiming and freeing the engine's share as vLLM's
+   sleep levels do, the refit over the CUDA IPC transport, the save's state dict in each optimizer
+   format and an all-gather staging probe; its tables follow the main one. The CPU smoke run runs
+   it with tiny shapes (memory figures "n/a (CPU)") after the first two parts.
 
 Writes into ``--out`` (default ``$OUT`` when set, else runs/gpu_check): ``gpu_check.md`` (the
-table), ``gpu_check.json``, ``actor_step.jsonl``, ``train_metrics.jsonl``, ``ipc_refit.jsonl`` and
-the parts' logs. Exit status 0 when every part ran, every training loss was finite and every IPC
-check passed, else 1.
+table), ``gpu_check.json``, ``actor_step.jsonl``, ``train_metrics.jsonl``, ``ipc_refit.jsonl``,
+``memory_timeline.md`` / ``.json`` / ``.jsonl`` and the parts' logs. Exit status 0 when every part ran,
+every training loss was finite and every IPC check passed, else 1. ``--total-timeout`` (default 560 s on
+the GPU) shortens the limit of a part that would end past it, so that the table is written within it.
 """
 
 from __future__ import annotations
@@ -116,14 +124,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--actor-timeout", type=float, default=None, help="seconds (default 180; 60 in --cpu-smoke)")
     p.add_argument("--train-timeout", type=float, default=None, help="seconds (default 150; 60 in --cpu-smoke)")
     p.add_argument("--ipc-timeout", type=float, default=90.0, help="seconds for the IPC refit part (GPU only)")
+    p.add_argument("--timeline-timeout", type=float, default=None,
+                   help="seconds for the memory-timeline part (default 240; 150 in --cpu-smoke)")
+    p.add_argument("--total-timeout", type=float, default=None,
+                   help="seconds for the whole check: a part that would end later gets a shorter limit (default 560 "
+                        "on the GPU, under bench/gpu_check.sh's 590; none in --cpu-smoke)")
     p.add_argument("--skip-actor", action="store_true")
     p.add_argument("--skip-train", action="store_true")
     p.add_argument("--skip-ipc", action="store_true")
+    p.add_argument("--skip-timeline", action="store_true")
     args = p.parse_args(argv)
     smoke = args.cpu_smoke
     args.steps = args.steps if args.steps is not None else (1 if smoke else 5)
     args.actor_timeout = args.actor_timeout or (60.0 if smoke else 180.0)
     args.train_timeout = args.train_timeout or (60.0 if smoke else 150.0)
+    args.timeline_timeout = args.timeline_timeout or (150.0 if smoke else 240.0)
+    args.total_timeout = args.total_timeout or (None if smoke else 560.0)
     if args.steps < 1:
         p.error("--steps must be >= 1")
     args.remove_work = args.work is None
@@ -147,7 +163,24 @@ def plan(args: argparse.Namespace) -> list[Part]:
     if not args.skip_ipc and not args.cpu_smoke:
         cmd = [py, "bench/ipc_refit_check.py", *IPC_GPU, "--out", str(args.work / "ipc")]
         parts.append(Part("ipc_refit", cmd, args.ipc_timeout, args.out / "ipc.log"))
+    if not args.skip_timeline:
+        cmd = [py, "bench/gpu_memory_timeline.py", *(["--cpu-smoke"] if args.cpu_smoke else []),
+               "--out", str(args.work / "timeline")]
+        parts.append(Part("memory_timeline", cmd, args.timeline_timeout, args.out / "memory_timeline.log"))
     return parts
+
+
+#: Parts the CPU smoke run starts at once (the others follow, one at a time).
+SMOKE_TOGETHER = ("actor_step", "train")
+
+
+def run_order(parts: list[Part], smoke: bool) -> list[list[Part]]:
+    """The groups of parts that run at once, in order: one part each on the GPU (timings and memory of
+    their own); in the CPU smoke run the actor and training parts together, then each other part."""
+    if not smoke:
+        return [[p] for p in parts]
+    together = [p for p in parts if p.name in SMOKE_TOGETHER]
+    return ([together] if together else []) + [[p] for p in parts if p.name not in SMOKE_TOGETHER]
 
 
 def environment() -> dict[str, str]:
@@ -282,18 +315,21 @@ def _check(args: argparse.Namespace, parts: list[Part]) -> int:
         env["CUDA_VISIBLE_DEVICES"] = ""  # the CPU path, also on a machine with a GPU
     info = environment()
     print("gpu_check:", ", ".join(f"{k} {v}" for k, v in info.items()), flush=True)
-    # on the GPU the parts run one after the other (timings and memory of their own); the CPU smoke
-    # run starts both at once to stay under a minute
-    for i, part in enumerate(parts):
-        print(f"gpu_check: {part.name}: {' '.join(part.cmd)}", flush=True)
-        part.start(env)
-        if not args.cpu_smoke or i == len(parts) - 1:
-            for started in parts[: i + 1]:
-                if started.returncode is None:
-                    started.wait()
+    deadline = time.monotonic() + args.total_timeout if args.total_timeout else None
+    for group in run_order(parts, args.cpu_smoke):
+        for part in group:
+            if deadline is not None and deadline - time.monotonic() < part.timeout_s:
+                part.timeout_s = max(1.0, deadline - time.monotonic())
+                print(f"gpu_check: {part.name}: limit shortened to {part.timeout_s:.0f} s (--total-timeout)", flush=True)
+            print(f"gpu_check: {part.name}: {' '.join(part.cmd)}", flush=True)
+            part.start(env)
+        for part in group:
+            part.wait()
     actor_jsonl, metrics = args.work / "actor" / "actor_step.jsonl", args.work / "train" / "gpu_check" / "metrics.jsonl"
-    ipc_jsonl = args.work / "ipc" / "ipc_refit.jsonl"
-    for src, name in ((actor_jsonl, "actor_step.jsonl"), (metrics, "train_metrics.jsonl"), (ipc_jsonl, "ipc_refit.jsonl")):
+    ipc_jsonl, timeline = args.work / "ipc" / "ipc_refit.jsonl", args.work / "timeline"
+    copies = [(actor_jsonl, "actor_step.jsonl"), (metrics, "train_metrics.jsonl"), (ipc_jsonl, "ipc_refit.jsonl")]
+    copies += [(timeline / f"memory_timeline.{ext}", f"memory_timeline.{ext}") for ext in ("md", "json", "jsonl")]
+    for src, name in copies:
         if src.is_file():
             shutil.copyfile(src, args.out / name)
     te = info["transformer_engine"] == "yes"
@@ -302,8 +338,13 @@ def _check(args: argparse.Namespace, parts: list[Part]) -> int:
     # the IPC rows: what the part measured; None in the CPU smoke run ("not run"); none when skipped
     ipc = read_jsonl(ipc_jsonl) if any(p.name == "ipc_refit" for p in parts) else (None if args.cpu_smoke else [])
     text = table(info, actor, train, parts, args.steps, ipc=ipc)
+    if any(p.name == "memory_timeline" for p in parts):  # its own tables (another layout of columns) after the main one
+        md = timeline / "memory_timeline.md"
+        text += "\n\n" + (md.read_text().strip() if md.is_file() else "Memory timeline: no table (see memory_timeline.log).")
     (args.out / "gpu_check.md").write_text(text + "\n")
+    timeline_json = timeline / "memory_timeline.json"
     payload = {"environment": info, "actor": actor, "train": train, "ipc_refit": ipc,
+               "memory_timeline": json.loads(timeline_json.read_text()) if timeline_json.is_file() else None,
                "parts": [{"name": p.name, "status": p.status, "seconds": p.seconds, "cmd": p.cmd} for p in parts]}
     (args.out / "gpu_check.json").write_text(json.dumps(payload, indent=1, default=str))
     print(text, flush=True)

@@ -4,8 +4,13 @@
 # shared/wheels (fetch them first, where an index is reachable: tools/fetch_gpu_wheels.sh) into a
 # private directory put first on PYTHONPATH, then runs bench/gpu_check.py, which prints one table
 # (actor step of the tiny and ~1B Qwen2.5-VL policies in bf16, FP8 rows, 5 training steps of the
-# default recipe with NCCL, the CUDA IPC refit into one and two engine workers) within 8 minutes
-# (about 2.5 measured on an H200). Results go to $OUT when set, else runs/gpu_check.
+# default recipe with NCCL, the CUDA IPC refit into one and two engine workers), then the memory
+# timeline of one Qwen2.5-VL-3B-architecture step beside the memory plan (bench/gpu_memory_timeline.py:
+# an engine stand-in process, the CUDA IPC refit, the save's state dict per optimizer format, an
+# all-gather probe), within 10 minutes (the first three parts: about 2.5 measured on an H200; the
+# timeline: not yet run on a GPU, limit 240 s; gpu_check.py --total-timeout 560 keeps the table
+# inside GPU_CHECK_LIMIT_S). Results go to $OUT when set, else runs/gpu_check; the timeline alone:
+#   bench/gpu_check.sh --skip-actor --skip-train --skip-ipc
 #
 #   bench/gpu_check.sh                 # on the GPU machine
 #   bench/gpu_check.sh --cpu-smoke     # here: same entry, tiny sizes, CPU, project venv, < 1 minute
@@ -17,13 +22,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 WHEELS=${WHEELS_DIR:-shared/wheels}
 SITE=${GPU_CHECK_SITE:-/tmp/fastrl-gpu-site}
-LIMIT_S=${GPU_CHECK_LIMIT_S:-470}
+LIMIT_S=${GPU_CHECK_LIMIT_S:-590}
 
 local_run=0
 for arg in "$@"; do
     case "$arg" in
         --cpu-smoke|--dry-run) local_run=1 ;;
-        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     esac
 done
 

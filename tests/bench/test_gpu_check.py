@@ -26,12 +26,14 @@ def _env():
 def test_dry_run_prints_the_gpu_commands():
     proc = subprocess.run(["bench/gpu_check.sh", "--dry-run"], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    actor, train, ipc = proc.stdout.strip().splitlines()
+    actor, train, ipc, timeline = proc.stdout.strip().splitlines()
     assert actor.startswith("actor_step (limit 180 s):") and "--models tiny,1b --precisions bf16,fp8" in actor
     assert "--image-size 224" in actor
     assert train.startswith("train (limit 150 s):") and "-m fastrl.train" in train
     assert ipc.startswith("ipc_refit (limit 90 s):") and "bench/ipc_refit_check.py --gib 2 --bucket-mib 256 --workers 1,2" in ipc
     assert "trainer.max_steps=5" in train and "parallel.backend=nccl" in train and "--recipe" not in train  # the default recipe
+    assert timeline.startswith("memory_timeline (limit 240 s):") and "bench/gpu_memory_timeline.py --out " in timeline
+    assert "--cpu-smoke" not in timeline  # the 3B dimensions on the GPU
 
 
 def test_wheel_list_is_pinned_and_complete():
@@ -91,9 +93,12 @@ def test_cpu_smoke_runs_the_same_entry_and_prints_one_table(tmp_path):
     assert re.search(r"\| train step 1 \| default recipe \| finite \|", table)
     assert "| part actor_step | | ok |" in table and "| part train | | ok |" in table
     assert "| ipc refit | | not run (CPU smoke: a CUDA IPC handle needs a GPU) |" in table
+    assert "| part memory_timeline | | ok |" in table and "| refit | ok |" in table  # the timeline's tables follow
     result = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert result["memory_timeline"]["engine_standin"]["exit_code"] == 0
     step = [r for r in result["train"] if r["kind"] == "train"][0]
     assert step["refit/tensors"] > 0 and all(f"time/{p}" in step for p in ("gen", "update", "refit"))
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "actor.log", "actor_step.jsonl", "gpu_check.json", "gpu_check.md", "train.log", "train_metrics.jsonl",
+        "actor.log", "actor_step.jsonl", "gpu_check.json", "gpu_check.md", "memory_timeline.json", "memory_timeline.jsonl",
+        "memory_timeline.log", "memory_timeline.md", "train.log", "train_metrics.jsonl",
     ]
