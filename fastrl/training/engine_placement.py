@@ -46,7 +46,7 @@ class EnginelessPeer:
 
     @property
     def verify_due(self) -> bool:
-        from fastrl.rollout.engine_client import verify_due_at
+        from fastrl.rollout.refit_checks import verify_due_at
 
         return verify_due_at(self.weight_version, self.verify_every)
 
