@@ -104,7 +104,7 @@ def build_parts(cfg: RunConfig, ctx: ParallelContext, run_dir: Path, data: RunDa
     data = load_run_data(cfg) if data is None else data
     train_split, val_split, test_split = data.train, data.val, data.test
     train = list(train_split.records)
-    policy_dir, start_metrics = prepare_policy_dir(cfg, rank=ctx.rank, train=train)
+    policy_dir, start_metrics = prepare_policy_dir(cfg, train=train)
     _check_memory(cfg, ctx, policy_dir)
     train, val, test = _filter_long_prompts(cfg, policy_dir, train_split, val_split, test_split)
     ckpt = cfg.model.megatron_checkpoint
