@@ -16,7 +16,7 @@ block or a stale handle cache shows):
 
 - every tensor arrives bit-exact in every worker (a position-weighted byte checksum);
 - the sums of squares the engine reports for what arrived equal the trainer's
-  (:func:`fastrl.rollout.engine_client.square_sum`) to 1e-9 relative;
+  (:func:`fastrl.rollout.refit_checks.square_sum`) to 1e-9 relative;
 - the trainer's allocated GPU memory after the refit is back at its baseline (within 1 MiB);
 - the refit's bandwidth (GB/s, bucket copies and handle round trips included), timed after one
   round trip to the engine (its processes started and imported; the first refit still includes
@@ -228,7 +228,7 @@ def check_workers(workers: int, args) -> dict:
     import torch
 
     from fastrl.rollout import engine_wire as wire
-    from fastrl.rollout.engine_client import square_sum
+    from fastrl.rollout.refit_checks import square_sum
     from fastrl.rollout.refit_transport import CudaIpcTransport
 
     parent_sock, child_sock = socket.socketpair()

@@ -129,15 +129,16 @@ class CheckpointIO:
                 optimizer_format=ck.optimizer_format, parallel_group=ctx.dp_group if ck.fully_parallel_save else None,
             )
             torch.save(rng_state(), staging / RNG_DIR / rng_file_name(ctx.rank))
-            if ctx.rank == 0:
+            world.barrier()  # every rank's part is written
+
+            def publish() -> None:
                 torch.save(self._train_state(state, actor), staging / TRAIN_STATE)
-            world.barrier()
-            if ctx.rank == 0:
                 self.manager.publish(state.step, staging, keep=keep,
                                      extra={"recipe": self.cfg.recipe, "train_seconds": state.train_seconds})
                 if best:
                     self.manager.mark_best(state.step)
-            world.barrier()
+
+            world.computed_on_rank0(publish, what=f"publishing the checkpoint of step {state.step}")
 
     def _train_state(self, state: TrainState, actor: Any) -> dict[str, Any]:
         ctx = self.ctx

@@ -6,12 +6,15 @@ take the same code path.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import pickle
+from typing import Any, Callable, Sequence, TypeVar
 
 import torch
 import torch.distributed as dist
 
 _WIDENED = (torch.int16, torch.int8, torch.uint8, torch.bool)
+
+T = TypeVar("T")
 
 
 def _dist_ready() -> bool:
@@ -247,3 +250,92 @@ def all_gather_objects_model_parallel(obj: Any) -> list[Any]:
     out: list[Any] = [None] * dist.get_world_size(group)
     dist.all_gather_object(out, obj, group=group)
     return out
+
+
+# ---- the source computes, the group receives ------------------------------------------------------
+
+
+def computed_on_source(fn: Callable[[], T], *, group: dist.ProcessGroup | None, src: int = 0, what: str) -> T:
+    """``fn()`` run on rank ``src`` of ``group`` only, its result on every rank of the group.
+
+    If ``fn`` raises (an ``Exception``), every rank raises: the source its own exception, with its
+    traceback, once the group has been sent a copy; the other ranks that copy (same type, arguments
+    and message, with a note naming ``what`` and the source), or a ``RuntimeError`` naming its type
+    and message when it does not survive pickling. So no rank waits for a value that will not come,
+    and the group's next collective lines up on every rank. A ``BaseException`` that is not an
+    ``Exception`` (``KeyboardInterrupt``, ``SystemExit``) is not shared.
+
+    Args:
+        fn: no arguments; run on the source only. Its result must be picklable (it travels by
+            ``torch.distributed.broadcast_object_list``) and must not be an exception.
+        group: the process group; None or a group of one member: ``fn()`` here, no communication.
+        src: the source's rank within ``group``.
+        what: the computation's name in the other ranks' errors ("the refit probe").
+
+    Raises:
+        Exception: whatever ``fn`` raised on the source, on every rank of the group.
+        TypeError: ``fn`` returned an exception instead of raising it.
+
+    Collective over ``group``: every rank calls it, in the same order as the group's other collectives.
+    """
+    if group is None or dist.get_world_size(group) == 1:
+        return fn()
+    source = dist.get_global_rank(group, src)
+
+    def broadcast(obj: Any) -> Any:
+        box = [obj]
+        dist.broadcast_object_list(box, src=source, group=group)
+        return box[0]
+
+    return _shared_from_source(fn, is_source=dist.get_rank(group) == src, broadcast=broadcast,
+                               where=f"{what} on global rank {source}")
+
+
+def computed_on_model_parallel_source(fn: Callable[[], T], *, what: str) -> T:
+    """:func:`computed_on_source` over this rank's model-parallel group, the source being its first
+    rank (:func:`is_model_parallel_source`: the rank that holds the rollout engine); the peers first
+    wait on the wait group (:func:`broadcast_object_model_parallel`). ``fn()`` alone without model
+    parallelism."""
+    if model_parallel_size() == 1:
+        return fn()
+    return _shared_from_source(fn, is_source=is_model_parallel_source(), broadcast=broadcast_object_model_parallel,
+                               where=f"{what} on the first rank of the model-parallel group")
+
+
+def computed_on_last_pipeline_stage(fn: Callable[[], T], *, what: str) -> T:
+    """:func:`computed_on_source` over this rank's pipeline, the source being its last stage (the one
+    holding the loss and the log-probs); ``fn()`` alone without pipeline parallelism."""
+    if pipeline_size() == 1:
+        return fn()
+    return _shared_from_source(fn, is_source=pipeline_is_last_stage(), broadcast=broadcast_object_from_last_pipeline_stage,
+                               where=f"{what} on the last pipeline stage")
+
+
+def _shared_from_source(fn: Callable[[], T], *, is_source: bool, broadcast: Callable[[Any], Any], where: str) -> T:
+    """The protocol of :func:`computed_on_source`: ``broadcast(obj)`` sends the source's ``obj`` and
+    returns it on every rank (the other ranks pass None)."""
+    if not is_source:
+        shared = broadcast(None)
+        if isinstance(shared, BaseException):
+            raise shared
+        return shared
+    try:
+        result = fn()
+        if isinstance(result, BaseException):
+            raise TypeError(f"{where}: the function returned the exception {result!r}; raise it instead")
+    except Exception as err:
+        broadcast(_portable_error(err, where))
+        raise
+    broadcast(result)
+    return result
+
+
+def _portable_error(err: Exception, where: str) -> Exception:
+    """A copy of ``err`` that survives pickling (same type and arguments; a note names ``where``),
+    or a ``RuntimeError`` naming its type and message when it does not."""
+    try:
+        copy = pickle.loads(pickle.dumps(err))
+    except Exception:  # noqa: BLE001 - an unpicklable exception, or one whose __init__ its args do not fit
+        return RuntimeError(f"{type(err).__name__} raised by {where}: {err}")
+    copy.add_note(f"raised by {where}")
+    return copy

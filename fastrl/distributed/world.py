@@ -6,12 +6,14 @@ No-ops in a single process, so single-process runs take the same code path.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import torch
 import torch.distributed as dist
 
-from fastrl.distributed.collectives import comm_device
+from fastrl.distributed.collectives import comm_device, computed_on_source
+
+T = TypeVar("T")
 
 
 def _multi() -> bool:
@@ -31,6 +33,13 @@ def broadcast_object(obj: Any, src: int = 0) -> Any:
     box = [obj]
     dist.broadcast_object_list(box, src=src)
     return box[0]
+
+
+def computed_on_rank0(fn: Callable[[], T], *, what: str) -> T:
+    """``fn()`` run on global rank 0 only, its picklable result on every rank; an exception it
+    raises is raised on every rank (:func:`fastrl.distributed.collectives.computed_on_source`, whose
+    rules apply). ``fn()`` in a single process. Collective."""
+    return computed_on_source(fn, group=dist.group.WORLD if _multi() else None, src=0, what=what)
 
 
 def any_rank(flag: bool) -> bool:

@@ -122,12 +122,13 @@ def import_hf(
         hf_dir, parallel=parallel, precision=precision_for(torch_dtype), model=ModelConfig(seed=seed), trainable=False
     )
     _check_tying(policy, config, hf_dir)
-    staging = world.broadcast_object(_staging_for(out) if world.rank() == 0 else None)
+    staging = world.computed_on_rank0(lambda: _staging_for(out), what=f"making the staging directory of {out}")
     (staging / ACTOR_DIR).mkdir(exist_ok=True)
     world.barrier()
     save_actor(policy.chunks, None, staging / ACTOR_DIR, optimizer_format="fully_reshardable")
-    world.barrier()
-    if world.rank() == 0:
+    world.barrier()  # every rank's part is written
+
+    def publish() -> None:
         copy_model_metadata(hf_dir, staging / HF_FILES_DIR)
         info = {
             "format_version": FORMAT_VERSION,
@@ -142,7 +143,8 @@ def import_hf(
         (staging / IMPORT_INFO).write_text(json.dumps(info, indent=1) + "\n")
         _write_marker(staging, {"kind": "import"})
         os.replace(staging, out)
-    world.barrier()
+
+    world.computed_on_rank0(publish, what=f"publishing {out}")
     return out
 
 
@@ -354,14 +356,16 @@ def export_hf(
         config = read_hf_config(template)
         torch_dtype = resolve_dtype(dtype, config)
         policy = load_policy(checkpoint, template, parallel=parallel, dtype=torch_dtype)
-        staging = world.broadcast_object(_staging_for(out) if world.rank() == 0 else None)
+        staging = world.computed_on_rank0(lambda: _staging_for(out), what=f"making the staging directory of {out}")
         writer = ShardWriter(Path(staging), max_shard_bytes) if world.rank() == 0 else None
         for name, tensor in _progress(
             hf_weights(policy, config, dtype=torch_dtype), enabled=progress and world.rank() == 0, desc=f"export {out.name}"
         ):
             if writer is not None:
                 writer.add(name, tensor)
-        if writer is not None:
+
+        def publish() -> None:
+            assert writer is not None  # rank 0
             writer.close()
             copy_model_metadata(template, staging)
             config["torch_dtype"] = dtype_name(torch_dtype)
@@ -378,7 +382,8 @@ def export_hf(
             }
             (Path(staging) / EXPORT_INFO).write_text(json.dumps(info, indent=1) + "\n")
             os.replace(staging, out)
-        world.barrier()
+
+        world.computed_on_rank0(publish, what=f"publishing {out}")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return out

@@ -1,6 +1,7 @@
 """The vLLM engine process: run as a script by the engine environment's interpreter.
 
-Usage (started by :class:`fastrl.rollout.engine_client.EngineProcessClient`, never by hand)::
+Usage (started by :class:`fastrl.rollout.engine_process.EngineProcess`, the base of
+:class:`fastrl.rollout.engine_client.EngineProcessClient`; never by hand)::
 
     <engine_python> fastrl/rollout/engine_server.py --fd N --spec SPEC_JSON --parent-pid PID
 

@@ -46,7 +46,7 @@ def suppression_bias(suppressed_ids: list[int]) -> dict[int, float] | None:
     runner (V2) refuses more than 1,024 ``allowed_token_ids`` per request
     (``vllm/v1/worker/gpu/sample/logit_bias.py``: ``ValueError: Too many allowed token IDs``),
     where a Qwen vocabulary would need ~151,600, and takes up to 1,024 ``logit_bias`` entries, which
-    the client checks (``engine_client.check_suppression_size``). ``bad_words`` cannot say it: they are
+    the client checks (``engine_process.check_suppression_size``). ``bad_words`` cannot say it: they are
     strings, tokenized by vLLM, and the padded vocabulary's ids are no token. ``SamplingParams``
     keeps the value as given (only ``from_optional``, the OpenAI server's path, clamps to +-100).
     """

@@ -1,8 +1,9 @@
 """The wire protocol between the trainer's engine client and the engine process (standard library only).
 
-Imported by both sides: :mod:`fastrl.rollout.engine_client` (the trainer's environment) and
-:mod:`fastrl.rollout.engine_server` (run as a script by the engine environment's interpreter, which
-must not import fastrl's other modules). Keep it free of fastrl, torch and third-party imports.
+Imported by both sides: :mod:`fastrl.rollout.engine_process` and :mod:`fastrl.rollout.engine_client`
+(the trainer's environment) and :mod:`fastrl.rollout.engine_server` (run as a script by the engine
+environment's interpreter, which must not import fastrl's other modules). Keep it free of fastrl, torch
+and third-party imports.
 
 Framing: each message is an 8-byte big-endian length followed by a pickled ``dict`` (protocol 5) on a
 Unix stream socket (one end of a ``socketpair`` passed to the child as file descriptor

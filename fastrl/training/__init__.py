@@ -8,10 +8,14 @@ Map (one job per module):
 - ``policy_source.py``: the Hugging Face directory a run starts from (tiny model + warm start, or
   ``model.hf_path``).
 - ``step.py``: one step as a pipeline of typed values, in the specification's order:
-  prompts -> rollouts -> scored (DAPO: filtered, more rounds) -> advantages -> policy batch (with
-  advantages) -> prune outcome + this rank's kept policy batch -> old/ref log-probs -> update ->
-  refit (with ``trainer.logprobs_before_pruning`` or ``algorithm.kl_in_reward`` the old/ref
-  log-probs come before the advantages, on the full batch; ``step.py``'s docstring).
+  group size n (ARS) -> prompts -> rollouts -> scored (DAPO: filtered, more rounds; then the
+  engine sleeps) -> advantages -> policy batch (with advantages) -> prune outcome + this rank's
+  kept policy batch (refilled, re-partitioned over DP) -> update plan (updates, cuts, LR; rows
+  grouped by length) -> old/ref log-probs of the kept rows (no old ones for the first update's
+  rows unless ``trainer.old_log_probs=recompute``: its own forward gives them) -> update -> refit
+  -> the kept counts recorded for ARS. With ``trainer.logprobs_before_pruning`` or ``algorithm.kl_in_reward``
+  the old/ref log-probs come after scoring and before the advantages, on the full batch
+  (``step.py``'s docstring).
 - ``generation.py``, ``scoring.py``, ``prune_phase.py``, ``update_phase.py``: the phases.
 - ``geometry.py`` (``pruner.py``): the update geometry and the pruner dispatch.
 - ``loop.py``: validation, metrics, checkpoints, stage limits and stop signals around the step.

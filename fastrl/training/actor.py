@@ -300,13 +300,14 @@ class Actor:
 
     def _reduce_metrics(self, outputs: list[dict[str, torch.Tensor]]) -> dict[str, float]:
         sums = {"actor/loss", "actor/pg_loss", "actor/kl_loss"}  # shares of the mini-batch loss: add up
-        local = None
-        if outputs:  # the last pipeline stage
-            local = {
+
+        def on_last_stage() -> dict[str, float]:  # the last pipeline stage holds the loss outputs
+            return {
                 k: float(torch.stack([o[k].double() for o in outputs]).sum() if k in sums else torch.stack([o[k].double() for o in outputs]).mean())
                 for k in sorted(outputs[0])
             }
-        local = collectives.broadcast_object_from_last_pipeline_stage(local)
+
+        local = collectives.computed_on_last_pipeline_stage(on_last_stage, what="the update's loss metrics")
         keys = sorted(local)
         values = collectives.all_reduce_sum_dp(torch.tensor([local[k] for k in keys], dtype=torch.float64))
         dp = collectives.dp_size()

@@ -46,7 +46,7 @@ class EnginelessPeer:
 
     @property
     def verify_due(self) -> bool:
-        from fastrl.rollout.engine_client import verify_due_at
+        from fastrl.rollout.refit_checks import verify_due_at
 
         return verify_due_at(self.weight_version, self.verify_every)
 
@@ -106,28 +106,24 @@ def engine_gpus(device: torch.device, engine_tp: int) -> list[str] | None:
 def build_rank_engine(cfg: Any, device: torch.device, build: Callable[[list[str] | None], Any]) -> Any:
     """This rank's engine slot (collective over the model-parallel group): ``build(gpus)`` on the
     source rank (``gpus``: :func:`engine_gpus`), an :class:`EnginelessPeer` elsewhere, given the
-    source engine's tokenizer, pad token, suppressed ids and verification schedule."""
+    source engine's tokenizer, pad token, suppressed ids and verification schedule
+    (:func:`~fastrl.distributed.collectives.computed_on_model_parallel_source`: an engine that fails
+    to start raises on every rank of the group)."""
     from fastrl.rollout.refit_transport import export_to_cpu
 
     gpus = engine_gpus(device, cfg.rollout.engine_tensor_parallel_size)
     if collectives.model_parallel_size() == 1:
         return build(gpus)
-    if collectives.is_model_parallel_source():
-        engine: Any = None
-        try:
-            engine = build(gpus)
-            facts: Any = {
-                "tokenizer": engine.tokenizer, "pad_token_id": engine.pad_token_id,
-                "suppressed_ids": list(engine.suppressed_ids), "verify_every": int(engine.verify_every),
-                "verify_tolerance": float(engine.verify_tolerance),
-            }
-        except Exception as err:  # noqa: BLE001 - the peers hear of it, then it is raised here
-            facts = RuntimeError(f"the rollout engine failed to start on the first rank of the model-parallel group: {err!r}")
-            collectives.broadcast_object_model_parallel(facts)
-            raise
-        collectives.broadcast_object_model_parallel(facts)
-        return engine
-    facts = collectives.broadcast_object_model_parallel(None)
-    if isinstance(facts, BaseException):
-        raise facts
-    return EnginelessPeer(**facts, export_to_cpu=export_to_cpu(device))
+    built: list[Any] = []
+
+    def start() -> dict[str, Any]:
+        engine = build(gpus)
+        built.append(engine)
+        return {
+            "tokenizer": engine.tokenizer, "pad_token_id": engine.pad_token_id,
+            "suppressed_ids": list(engine.suppressed_ids), "verify_every": int(engine.verify_every),
+            "verify_tolerance": float(engine.verify_tolerance),
+        }
+
+    facts = collectives.computed_on_model_parallel_source(start, what="the rollout engine's start")
+    return built[0] if built else EnginelessPeer(**facts, export_to_cpu=export_to_cpu(device))

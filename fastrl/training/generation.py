@@ -9,7 +9,7 @@ from fastrl.algorithms.adaptive_sampling import AdaptiveRolloutSampler
 from fastrl.config import RolloutConfig, RunConfig
 from fastrl.data import Record
 from fastrl.distributed import collectives
-from fastrl.rollout.engine import RolloutEngine, RolloutPrompt, Rollouts, SamplingParams
+from fastrl.rollout.engine import RolloutEngine, Rollouts, SamplingParams
 from fastrl.training.prompting import PromptSource
 from fastrl.training.seeds import derive_seed
 
@@ -41,27 +41,24 @@ def generate(
     :class:`~fastrl.rollout.engine.StaleWeightsError`.
 
     With model parallelism (TP or PP > 1) the rollouts are generated once per model-parallel group,
-    on its first rank, and broadcast to the peers (:func:`collectives.broadcast_object_model_parallel`),
+    on its first rank, and broadcast to the peers (:func:`collectives.computed_on_model_parallel_source`;
+    the prompts themselves, images included, are not sent: every peer rendered the same ones),
     so every rank holding a shard of one model replica trains on the same token ids (engines on
     different GPUs are not bitwise deterministic even with equal seeds). The peers hold no engine
     (:class:`~fastrl.training.engine_placement.EnginelessPeer`). Collective over the model-parallel
     group; an error on the first rank is raised on every rank of the group.
     """
     chosen = [prompts.prompt_of(r) for _, r in items]
-    result: Rollouts | BaseException | None = None
-    if collectives.is_model_parallel_source():
+
+    def sample() -> Rollouts:
         sampling = SamplingParams.for_training(rollout, seed=derive_seed(rollout.seed, seed, dp_rank))
         engine.wake()
-        try:
-            result = engine.generate(chosen, n, sampling, weight_version=weight_version)
-        except Exception as err:  # noqa: BLE001 - re-raised below, after the peers have heard of it
-            result = err
-    if collectives.model_parallel_size() > 1:
-        result = _share_with_peers(result, chosen)
-    if isinstance(result, BaseException):
-        raise result
-    assert result is not None
-    return result
+        return engine.generate(chosen, n, sampling, weight_version=weight_version)
+
+    if collectives.model_parallel_size() == 1:
+        return sample()
+    shared = collectives.computed_on_model_parallel_source(lambda: replace(sample(), prompts=[]), what="rollout generation")
+    return replace(shared, prompts=list(chosen))
 
 
 def sleep_engine(engine: RolloutEngine) -> None:
@@ -70,40 +67,3 @@ def sleep_engine(engine: RolloutEngine) -> None:
     with ``rollout.sleep_between_steps``; a no-op otherwise). The next refit brings its weights back."""
     if collectives.is_model_parallel_source():
         engine.sleep()
-
-
-def _share_with_peers(result: Rollouts | BaseException | None, chosen: list[RolloutPrompt]) -> Rollouts | BaseException:
-    """The first rank's rollouts (or its error) on every rank of the model-parallel group; the
-    prompts themselves (images included) are not sent: every peer rendered the same ones."""
-    if isinstance(result, Rollouts):
-        payload: object = replace(result, prompts=[])
-    elif isinstance(result, BaseException):
-        payload = RuntimeError(f"rollout generation failed on the first rank of the model-parallel group: {result!r}")
-    else:
-        payload = None
-    shared = collectives.broadcast_object_model_parallel(payload)
-    if isinstance(result, BaseException):
-        return result  # the first rank raises its own error, with its traceback
-    if isinstance(shared, Rollouts):
-        return replace(shared, prompts=list(chosen))
-    return shared
-
-
-def on_source_then_shared(fn, *, what: str):
-    """``fn()`` on the first rank of this model-parallel group (the rank with an engine), its
-    picklable result on every rank of the group (broadcast); an error there is raised on every rank
-    (the first rank raises its own, with its traceback). Without model parallelism: ``fn()``."""
-    if collectives.model_parallel_size() == 1:
-        return fn()
-    result: object = None
-    if collectives.is_model_parallel_source():
-        try:
-            result = fn()
-        except Exception as err:  # noqa: BLE001 - re-raised below, after the peers have heard of it
-            collectives.broadcast_object_model_parallel(
-                RuntimeError(f"{what} failed on the first rank of the model-parallel group: {err!r}"))
-            raise
-    shared = collectives.broadcast_object_model_parallel(result)
-    if isinstance(shared, BaseException):
-        raise shared
-    return shared

@@ -104,7 +104,7 @@ def build_parts(cfg: RunConfig, ctx: ParallelContext, run_dir: Path, data: RunDa
     data = load_run_data(cfg) if data is None else data
     train_split, val_split, test_split = data.train, data.val, data.test
     train = list(train_split.records)
-    policy_dir, start_metrics = prepare_policy_dir(cfg, rank=ctx.rank, train=train)
+    policy_dir, start_metrics = prepare_policy_dir(cfg, train=train)
     _check_memory(cfg, ctx, policy_dir)
     train, val, test = _filter_long_prompts(cfg, policy_dir, train_split, val_split, test_split)
     ckpt = cfg.model.megatron_checkpoint
@@ -191,10 +191,10 @@ def _build_engine(cfg: RunConfig, policy_dir: Path, device: torch.device, gpus: 
     ``gpus``, its model-parallel group's first GPUs), with
     the run's image-processor bounds ``data.min_pixels`` / ``data.max_pixels``: the Hugging Face
     engine's processor, or for vLLM both the engine process's processor and its client's
-    (:func:`~fastrl.rollout.engine_client.engine_client_from_config`), so the trainer's prompt inputs,
+    (:func:`~fastrl.rollout.engine_factory.engine_client_from_config`), so the trainer's prompt inputs,
     which come from the engine side, match what the engine saw."""
     if cfg.rollout.engine == "vllm":
-        from fastrl.rollout.engine_client import engine_client_from_config  # vLLM in its own process
+        from fastrl.rollout.engine_factory import engine_client_from_config  # vLLM in its own process
 
         return engine_client_from_config(cfg, policy_dir, device, gpus=gpus)
     from fastrl.rollout.hf_engine import HFRolloutEngine

@@ -28,34 +28,31 @@ def cache_dir(cfg: RunConfig) -> Path:
     return Path(cfg.data.cache_dir) if cfg.data.cache_dir else default_cache_dir()
 
 
-def hf_policy_dir(hf_path: str, *, rank: int) -> Path:
+def hf_policy_dir(hf_path: str) -> Path:
     """``model.hf_path`` (a local directory or a hub id) as a local directory, on every rank.
 
     Rank 0 resolves first (it may download into the hub cache, see :mod:`fastrl.models.hub`); its
-    error, if any, is raised on every rank, so that no rank waits for a model that will not come.
-    Then each rank resolves in its own cache (a look-up when the cache is on shared storage).
-    Collective.
-    """
-    from fastrl.models.hub import ModelNotAvailableError, resolve_model_dir
+    error, if any, is raised on every rank (:func:`fastrl.distributed.world.computed_on_rank0`), so
+    that no rank waits for a model that will not come. Then each rank resolves in its own cache (a
+    look-up when the cache is on shared storage). Collective.
 
-    error = None
-    if rank == 0:
-        try:
-            resolve_model_dir(hf_path)
-        except ModelNotAvailableError as err:
-            error = str(err)
-    error = world.broadcast_object(error)
-    if error is not None:
-        raise ModelNotAvailableError(error)
+    Raises:
+        ModelNotAvailableError: see :func:`fastrl.models.hub.resolve_model_dir`.
+    """
+    from fastrl.models.hub import resolve_model_dir
+
+    world.computed_on_rank0(lambda: resolve_model_dir(hf_path), what=f"resolving model.hf_path={hf_path!r}")
     return resolve_model_dir(hf_path)
 
 
-def prepare_policy_dir(cfg: RunConfig, *, rank: int, train: Sequence[Record]) -> tuple[Path, dict[str, float]]:
+def prepare_policy_dir(cfg: RunConfig, *, train: Sequence[Record]) -> tuple[Path, dict[str, float]]:
     """The run's starting Hugging Face directory and the start-up metrics of building it
-    (the warm start's, when one ran). Collective (every rank gets rank 0's directory)."""
+    (the warm start's, when one ran). Collective: global rank 0 builds (tiny model, warm start),
+    every rank gets its directory, and an error there is raised on every rank
+    (:func:`fastrl.distributed.world.computed_on_rank0`)."""
     m = cfg.model
     if m.source == "hf":
-        return hf_policy_dir(m.hf_path, rank=rank), {}
+        return hf_policy_dir(m.hf_path), {}
     from fastrl.models.tiny import build_tiny_hf_model_dir, tiny_model_settings
 
     d = cfg.data
@@ -63,25 +60,21 @@ def prepare_policy_dir(cfg: RunConfig, *, rank: int, train: Sequence[Record]) ->
         from fastrl.models.tiny import build_tiny_text_model_dir
 
         text_dir = cache_dir(cfg) / "models" / f"tiny-qwen2-{tiny_model_settings(m, architecture='qwen2').key()}"
-        if rank == 0:
-            build_tiny_text_model_dir(text_dir, m)
-        world.barrier()
+        world.computed_on_rank0(lambda: build_tiny_text_model_dir(text_dir, m), what="building the tiny text model")
         return text_dir, {}
     key = tiny_model_settings(m, min_pixels=d.min_pixels, max_pixels=d.max_pixels).key()
     base = cache_dir(cfg) / "models" / f"tiny-{key}"
-    if rank == 0:
-        build_tiny_hf_model_dir(base, m, min_pixels=d.min_pixels, max_pixels=d.max_pixels)
-    world.barrier()
+    world.computed_on_rank0(
+        lambda: build_tiny_hf_model_dir(base, m, min_pixels=d.min_pixels, max_pixels=d.max_pixels),
+        what="building the tiny model")
     if not cfg.warm_start.enabled:
         return base, {}
     from fastrl.training.warm_start import run_warm_start
 
-    out, metrics = None, {}
-    if rank == 0:
-        out, metrics = run_warm_start(
+    out, metrics = world.computed_on_rank0(
+        lambda: run_warm_start(
             base, cache_dir(cfg) / "warm_start", train, cfg.warm_start,
-            template=d.template, image_size=d.prompt_image_size,
-            seed=cfg.trainer.seed,
-        )
-    out = world.broadcast_object(out)
+            template=d.template, image_size=d.prompt_image_size, seed=cfg.trainer.seed,
+        ),
+        what="the warm start")
     return Path(out), dict(metrics)

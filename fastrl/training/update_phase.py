@@ -229,8 +229,9 @@ def refit(engine: "RolloutEngine", actor: "Actor") -> Metrics:
 
 def _verify(engine: "VerifiableEngine", actor: "Actor") -> Metrics:
     """The refit verification (the engine's probe log-probs against the actor's). With model
-    parallelism the source rank makes the probe and broadcasts it, every rank runs the actor's
-    forward pass over it, the source compares and broadcasts its metrics or error."""
+    parallelism the source rank makes the probe, every rank runs the actor's forward pass over it,
+    the source compares; the probe and the outcome (metrics, or the error) reach every rank
+    (:func:`collectives.computed_on_model_parallel_source`)."""
     from fastrl.training.refit_verify import actor_probe_logprobs, make_probe, verify_refit
 
     def trainer(probe):
@@ -238,28 +239,11 @@ def _verify(engine: "VerifiableEngine", actor: "Actor") -> Metrics:
 
     if collectives.model_parallel_size() == 1:
         return verify_refit(engine, trainer, tolerance=engine.verify_tolerance)
-    source = collectives.is_model_parallel_source()
-    probe: Any = None
-    if source:
-        try:
-            probe = make_probe(engine.tokenizer, engine.suppressed_ids, engine)  # the engine's greedy responses
-        except Exception as err:  # noqa: BLE001 - the peers raise it too, instead of waiting for a probe
-            probe = err
-    probe = collectives.broadcast_object_model_parallel(probe)
-    if isinstance(probe, BaseException):
-        raise probe
+    probe = collectives.computed_on_model_parallel_source(
+        lambda: make_probe(engine.tokenizer, engine.suppressed_ids, engine), what="the refit probe")  # engine's greedy responses
     # Every rank runs the actor's forward pass (its TP / PP collectives) before the source asks the
     # engine, so an engine error cannot leave the peers waiting inside the forward pass.
     trainer_lp = trainer(probe)
-    if not source:
-        outcome = collectives.broadcast_object_model_parallel(None)
-        if isinstance(outcome, BaseException):
-            raise outcome
-        return outcome
-    try:
-        outcome: Any = verify_refit(engine, lambda _probe: trainer_lp, tolerance=engine.verify_tolerance, probe=probe)
-    except Exception as err:  # noqa: BLE001 - the peers raise it too
-        collectives.broadcast_object_model_parallel(err)
-        raise
-    collectives.broadcast_object_model_parallel(outcome)
-    return outcome
+    return collectives.computed_on_model_parallel_source(
+        lambda: verify_refit(engine, lambda _probe: trainer_lp, tolerance=engine.verify_tolerance, probe=probe),
+        what="the refit verification")

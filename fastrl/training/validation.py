@@ -39,7 +39,6 @@ from typing import TYPE_CHECKING, Any
 from fastrl.data import Record
 from fastrl.distributed import collectives, world
 from fastrl.rollout.engine import RolloutEngine, RolloutPrompt, SamplingParams
-from fastrl.training.generation import on_source_then_shared
 from fastrl.training.seeds import derive_seed
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -247,7 +246,7 @@ def validate_questions(
             truths = [records[first + i].answer for i in rollouts.prompt_index]
             return list(zip(scorer.score(rollouts.response_texts, truths), rollouts.response_texts))
 
-        results.extend(on_source_then_shared(decode_and_grade, what="validation decoding"))
+        results.extend(collectives.computed_on_model_parallel_source(decode_and_grade, what="validation decoding"))
     if dp_size > 1:
         results = list(chain.from_iterable(collectives.all_gather_objects_dp(results)))
     graded, texts = [r for r, _ in results], [t for _, t in results]

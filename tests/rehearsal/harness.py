@@ -10,8 +10,9 @@ import types
 
 import torch
 
-from fastrl.rollout import engine_client, refit_transport
-from fastrl.rollout.engine_client import EngineError, EngineProcessClient
+from fastrl.rollout import engine_process, refit_transport
+from fastrl.rollout.engine_client import EngineProcessClient
+from fastrl.rollout.engine_process import EngineError
 from tests.rehearsal.fake_cuda import RecordingLLM, cuda_typed
 
 WEIGHTS = [("model.layers.0.mlp.up_proj.weight", torch.arange(6.0).reshape(2, 3)),
@@ -22,7 +23,7 @@ WEIGHTS = [("model.layers.0.mlp.up_proj.weight", torch.arange(6.0).reshape(2, 3)
 def server_module(monkeypatch):
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
-    spec = importlib.util.spec_from_file_location("fastrl_engine_server_rehearsal", engine_client.SERVER)
+    spec = importlib.util.spec_from_file_location("fastrl_engine_server_rehearsal", engine_process.SERVER)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fastrl.rollout import engine_client
+from fastrl.rollout import engine_factory
 from recipes.registry import get_recipe
 from tests.rehearsal.fake_cuda import FakeCuda
 
@@ -28,10 +28,10 @@ def test_gpu_recipes_verify_refits_at_their_precisions_bound(monkeypatch, recipe
     # more than 1e-3. Breakage caught: the fp32 bound (1e-3) on every GPU recipe, which stopped the
     # 7B run with RefitVerificationError at its first check.
     FakeCuda(device_count=8, visible="0,1,2,3,4,5,6,7").install(monkeypatch)
-    monkeypatch.setattr(engine_client, "EngineProcessClient", _Recorder)
+    monkeypatch.setattr(engine_factory, "EngineProcessClient", _Recorder)
     cfg = get_recipe(recipe)
     assert cfg.rollout.verify_refit_tolerance == "auto"
-    client = engine_client.engine_client_from_config(cfg, "/models/qwen", torch.device("cuda", 3))
+    client = engine_factory.engine_client_from_config(cfg, "/models/qwen", torch.device("cuda", 3))
     assert client.kwargs["verify_tolerance"] == tolerance
     assert client.kwargs["llm_kwargs"]["dtype"] == "bfloat16"
     assert client.kwargs["env"]["CUDA_VISIBLE_DEVICES"] == "3"  # this rank's GPU only
@@ -51,10 +51,10 @@ def test_frozen_vision_weights_are_sent_every_refit_when_the_engine_sleeps_at_le
     from fastrl.cli import apply_overrides
 
     FakeCuda(device_count=8, visible="0,1,2,3,4,5,6,7").install(monkeypatch)
-    monkeypatch.setattr(engine_client, "EngineProcessClient", _Recorder)
+    monkeypatch.setattr(engine_factory, "EngineProcessClient", _Recorder)
     cfg = apply_overrides(get_recipe("qwen25vl_7b_fastrl_grpo_geo3k_h100_bf16"), ["model.freeze_vision_tower=true"])
-    sleeping = engine_client.engine_client_from_config(cfg, "/models/qwen", torch.device("cuda", 0))
+    sleeping = engine_factory.engine_client_from_config(cfg, "/models/qwen", torch.device("cuda", 0))
     assert sleeping.kwargs["skip_after_first"] is None
-    awake = engine_client.engine_client_from_config(
+    awake = engine_factory.engine_client_from_config(
         apply_overrides(cfg, ["rollout.sleep_between_steps=false"]), "/models/qwen", torch.device("cuda", 0))
-    assert awake.kwargs["skip_after_first"] is engine_client.frozen_vision_weight
+    assert awake.kwargs["skip_after_first"] is engine_factory.frozen_vision_weight

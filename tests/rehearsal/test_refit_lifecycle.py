@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from fastrl.distributed import collectives
-from fastrl.rollout import engine_client, refit_transport
-from fastrl.rollout.engine_client import EngineError
+from fastrl.rollout import engine_client, engine_factory, refit_checks, refit_transport
+from fastrl.rollout.engine_process import EngineError
 from fastrl.training import update_phase
 from tests.rehearsal.fake_cuda import FakeCuda, FakeReduceTensor
 from tests.rehearsal.harness import WEIGHTS, exporter, gpu_engine, gpu_pack, server_module, stub_actor
@@ -225,8 +225,8 @@ def test_refit_sums_of_squares_never_copy_a_whole_tensor_to_float64(monkeypatch,
 
     module = server_module(monkeypatch)
     if side == "trainer":
-        monkeypatch.setattr(engine_client, "SQUARE_SUM_CHUNK", 4)
-        total = float(engine_client.square_sum(torch.arange(10.0).reshape(2, 5)))
+        monkeypatch.setattr(refit_checks, "SQUARE_SUM_CHUNK", 4)
+        total = float(refit_checks.square_sum(torch.arange(10.0).reshape(2, 5)))
     else:
         monkeypatch.setattr(module, "SQUARE_SUM_CHUNK", 4)
     widest: list[int] = []
@@ -241,7 +241,7 @@ def test_refit_sums_of_squares_never_copy_a_whole_tensor_to_float64(monkeypatch,
 
     with Record():
         if side == "trainer":
-            total = float(engine_client.square_sum(torch.arange(10.0).reshape(2, 5)))
+            total = float(refit_checks.square_sum(torch.arange(10.0).reshape(2, 5)))
         else:
             total = module.square_sums([torch.arange(10.0).reshape(2, 5)])[0]
     assert total == 285.0  # 0^2 + ... + 9^2
@@ -272,7 +272,7 @@ def test_refit_sums_only_on_verified_refits(monkeypatch):
     client.verify_every = 3
     monkeypatch.setattr("fastrl.training.refit_verify.verify_refit", lambda *a, **k: {})
     norms: list = []  # one entry per tensor whose sum of squares was computed, on either side
-    trainer_sum, engine_globals = engine_client.square_sum, type(server)._reload.__globals__
+    trainer_sum, engine_globals = refit_checks.square_sum, type(server)._reload.__globals__
     engine_sums = engine_globals["square_sums"]
     monkeypatch.setattr(engine_client, "square_sum", lambda t: norms.append(1) or trainer_sum(t))
     monkeypatch.setitem(engine_globals, "square_sums", lambda ts: norms.extend([1] * len(ts)) or engine_sums(ts))
@@ -308,7 +308,7 @@ def test_only_the_model_parallel_source_builds_an_engine_seeing_its_tp_groups_gp
 
     cfg = get_recipe("qwen25vl_32b_fastrl_grpo_geo3k_h100_bf16")
     assert cfg.rollout.engine_tensor_parallel_size == 8
-    monkeypatch.setattr(engine_client, "EngineProcessClient", _Recorder)
+    monkeypatch.setattr(engine_factory, "EngineProcessClient", _Recorder)
     group = 16
     physical = [str(r % 8) for r in range(group)]
     box: list = []

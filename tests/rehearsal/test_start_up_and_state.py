@@ -20,7 +20,7 @@ from fastrl.checkpoint import actor_state
 from fastrl.config import ConfigError
 from fastrl.distributed import collectives
 from fastrl.distributed.parallel_state import ParallelContext
-from fastrl.rollout.engine_client import EngineError
+from fastrl.rollout.engine_process import EngineError
 from fastrl.training import parts
 from recipes import get_recipe
 from tests.rehearsal.fake_cuda import FakeCuda, FakeReduceTensor, cuda_typed

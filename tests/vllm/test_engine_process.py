@@ -20,7 +20,8 @@ from transformers import AutoModelForCausalLM
 from fastrl.config import ModelConfig
 from fastrl.models.tiny import build_tiny_hf_model_dir, build_tiny_text_model_dir
 from fastrl.rollout.engine import PromptInputs, RolloutPrompt, SamplingParams, StaleWeightsError
-from fastrl.rollout.engine_client import EngineError, EngineProcessClient
+from fastrl.rollout.engine_client import EngineProcessClient
+from fastrl.rollout.engine_process import EngineError
 from fastrl.rollout.hf_engine import teacher_forced_logprobs
 from fastrl.training.refit_verify import RefitVerificationError, verify_refit
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fastrl.rollout import engine_client
+from fastrl.rollout import engine_client, engine_process
 
 pytestmark = pytest.mark.vllm
 
@@ -106,5 +106,5 @@ def test_the_engines_requests_pass_both_vllm_runners_and_mask_exactly_the_suppre
             assert len(rows) == 2  # one request per prompt
             for row in rows:
                 assert row == suppressed, f"{label}, {runner}: masked {len(row)} ids, suppressed {len(suppressed)}"
-    assert engine_client.MAX_SUPPRESSED_TOKEN_IDS == result["limits"]["MAX_NUM_LOGIT_BIAS_TOKENS"]
+    assert engine_process.MAX_SUPPRESSED_TOKEN_IDS == result["limits"]["MAX_NUM_LOGIT_BIAS_TOKENS"]
     assert result["reload_log_level"] == 40  # ERROR: the server quiets vLLM's per-module reload warnings

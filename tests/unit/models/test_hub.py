@@ -98,13 +98,13 @@ def test_snapshot_without_config_is_refused(tmp_path, offline_hf_home):
 
 def test_trainer_starts_from_a_hub_id(offline_hf_home):
     cfg = RunConfig(model=ModelConfig(source="hf", hf_path="Org/Tiny-Model", architecture="qwen2"))
-    path, metrics = prepare_policy_dir(cfg, rank=0, train=[])
+    path, metrics = prepare_policy_dir(cfg, train=[])
     assert (path, metrics) == (offline_hf_home, {})
     # the memory plan reads the counts of the cached config too, without downloading
     assert model_dims(cfg.model).hidden_size == 64
     missing = RunConfig(model=ModelConfig(source="hf", hf_path="Org/Missing", architecture="qwen2"))
     with pytest.raises(ModelNotAvailableError, match="hf download Org/Missing"):
-        prepare_policy_dir(missing, rank=0, train=[])
+        prepare_policy_dir(missing, train=[])
 
 
 def test_convert_checkpoint_import_names_the_missing_id(offline_hf_home, tmp_path, capsys):

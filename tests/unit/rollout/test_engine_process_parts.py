@@ -13,7 +13,9 @@ import torch
 
 from fastrl.config import ConfigError, ModelConfig, RolloutConfig
 from fastrl.rollout import engine_wire as wire
-from fastrl.rollout.engine_client import EngineProcessClient, EngineStartError, frozen_vision_weight
+from fastrl.rollout.engine_client import EngineProcessClient
+from fastrl.rollout.engine_factory import frozen_vision_weight
+from fastrl.rollout.engine_process import EngineStartError
 from fastrl.rollout.refit_transport import SharedMemoryTransport, group_buckets
 from fastrl.training.refit_verify import RefitProbe, RefitVerificationError, largest_group_difference, verify_refit
 
@@ -187,9 +189,9 @@ def test_pack_flat_round_trips_every_dtype_and_shape():
 def test_a_wide_dtype_after_an_odd_length_narrow_one_is_viewable_by_the_engine(packer, tmp_path):
     """Back to back, an fp32 tensor after 3,003 bf16 values sat at byte 6,006, which the engine's
     ``bucket_views`` cannot view as fp32 (torch: offset must be divisible by 4; seen on an H200)."""
-    from fastrl.rollout import engine_client, refit_transport
+    from fastrl.rollout import engine_process, refit_transport
 
-    spec = importlib.util.spec_from_file_location("fastrl_engine_server_align", engine_client.SERVER)
+    spec = importlib.util.spec_from_file_location("fastrl_engine_server_align", engine_process.SERVER)
     server = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(server)
     bucket = [("q.bias", torch.randn(1001, 3).to(torch.bfloat16)), ("norm.weight", torch.randn(7)),

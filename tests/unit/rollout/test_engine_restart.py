@@ -17,7 +17,8 @@ from safetensors.torch import load_file
 
 from fastrl.config import ModelConfig
 from fastrl.models.tiny import build_tiny_text_model_dir
-from fastrl.rollout.engine_client import EngineError, EngineProcessClient
+from fastrl.rollout.engine_client import EngineProcessClient
+from fastrl.rollout.engine_process import EngineError
 
 FAKE_VLLM = Path(__file__).with_name("fake_vllm")
 

@@ -14,7 +14,8 @@ from PIL import Image
 from fastrl.config import RolloutConfig
 from fastrl.data.images import image_token_count, set_pixel_bounds
 from fastrl.rollout.engine import RolloutPrompt
-from fastrl.rollout.engine_client import EngineProcessClient, engine_client_from_config, with_pixel_bounds
+from fastrl.rollout.engine_client import EngineProcessClient, with_pixel_bounds
+from fastrl.rollout.engine_factory import engine_client_from_config
 from fastrl.rollout.hf_engine import HFRolloutEngine, prepare_prompt_inputs
 
 PROMPT = "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>what color<|im_end|>\n<|im_start|>assistant\n"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fastrl.rollout import engine_client
+from fastrl.rollout import engine_client, engine_factory, engine_process
 from fastrl.rollout.engine_wire import weight_group
 from fastrl.rollout.refit_transport import (
     CudaIpcTransport,
@@ -23,13 +23,13 @@ from fastrl.rollout.refit_transport import (
 )
 from tests.rehearsal.fake_cuda import RecordingLLM
 
-SERVER = Path(engine_client.__file__).with_name("engine_server.py")
+SERVER = engine_process.SERVER
 
 
 def test_importing_fastrl_and_the_vllm_engine_modules_does_not_import_vllm():
     code = (
-        "import sys, fastrl, fastrl.rollout, fastrl.rollout.hf_engine, fastrl.rollout.engine_client, "
-        "fastrl.rollout.refit_transport; print('vllm' in sys.modules)"
+        "import sys, fastrl, fastrl.rollout, fastrl.rollout.hf_engine, fastrl.rollout.engine_factory, "
+        "fastrl.rollout.refit_checks, fastrl.rollout.refit_transport; print('vllm' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
@@ -85,12 +85,12 @@ def test_engine_client_from_config_picks_the_transport_and_gpus_by_device(monkey
     def record(policy_dir, **kwargs):
         seen.append(kwargs)
 
-    monkeypatch.setattr(engine_client, "EngineProcessClient", record)
+    monkeypatch.setattr(engine_factory, "EngineProcessClient", record)
     cfg = get_recipe("qwen2_tiny_text_fastrl_grpo_vllm_cpu")
     cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, engine_tensor_parallel_size=2))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
-    engine_client.engine_client_from_config(cfg, "/models/x", "cpu")
-    engine_client.engine_client_from_config(cfg, "/models/x", torch.device("cuda", 1))
+    engine_factory.engine_client_from_config(cfg, "/models/x", "cpu")
+    engine_factory.engine_client_from_config(cfg, "/models/x", torch.device("cuda", 1))
     cpu, gpu = seen
     assert cpu["transport"] == "shm" and "CUDA_VISIBLE_DEVICES" not in cpu["env"]
     assert cpu["llm_kwargs"]["enforce_eager"] and "enable_sleep_mode" not in cpu["llm_kwargs"]
@@ -99,10 +99,10 @@ def test_engine_client_from_config_picks_the_transport_and_gpus_by_device(monkey
 
 
 def test_engine_sees_only_its_ranks_gpus():
-    assert engine_client.physical_gpus(3, 1, None) == ["3"]
-    assert engine_client.physical_gpus(1, 2, "4,5,6,7") == ["5", "6"]
+    assert engine_process.physical_gpus(3, 1, None) == ["3"]
+    assert engine_process.physical_gpus(1, 2, "4,5,6,7") == ["5", "6"]
     with pytest.raises(ValueError, match="CUDA_VISIBLE_DEVICES"):
-        engine_client.physical_gpus(3, 2, "0,1,2,3")
+        engine_process.physical_gpus(3, 2, "0,1,2,3")
 
 
 # ---- the engine server's logic, without vLLM ------------------------------------------------------
@@ -300,7 +300,7 @@ def test_engine_client_refuses_more_suppressed_ids_than_a_vllm_request_carries(e
     (d / "config.json").write_text(json.dumps({**config, "vocab_size": config["vocab_size"] + 1100}))
     started = []
     monkeypatch.setattr(engine_client.EngineProcessClient, "_start", lambda self: started.append(1))
-    with pytest.raises(engine_client.EngineStartError, match=r"token ids to suppress .* > 1024, the most logit_bias"):
+    with pytest.raises(engine_process.EngineStartError, match=r"token ids to suppress .* > 1024, the most logit_bias"):
         engine_client.EngineProcessClient(d, python=sys.executable)
     assert not started
 
