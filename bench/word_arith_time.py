@@ -201,7 +201,6 @@ def checkpoints_to_keep(kept: list[tuple[int, float]], t_grpo: float | None) -> 
 def drop_unused_band(run_dir: Path, t_grpo: float | None) -> list[int]:
     """Delete the run's kept checkpoints that :func:`checkpoints_to_keep` leaves out (not yet
     evaluated); their steps."""
-    from bench.eval_checkpoints import checkpoints_to_evaluate
     from fastrl.checkpoint.manager import CheckpointManager
 
     found = {c.step: (c, CheckpointManager.verify(c.path).get("train_seconds")) for c in checkpoints_to_evaluate(run_dir)}
