@@ -194,7 +194,10 @@ def test_two_passes_delete_only_the_unused_band_and_evaluate_every_kept_checkpoi
     ckpts = tmp_path / "checkpoints"
     for s in seconds:
         (ckpts / str(s)).mkdir(parents=True)
-    on_disk = lambda run_dir: [CheckpointInfo(ckpts / str(s), s) for s in sorted(seconds) if (ckpts / str(s)).is_dir()]
+
+    def on_disk(run_dir):
+        return [CheckpointInfo(ckpts / str(s), s) for s in sorted(seconds) if (ckpts / str(s)).is_dir()]
+
     monkeypatch.setattr(word_arith_time, "checkpoints_to_evaluate", on_disk)
     monkeypatch.setattr(CheckpointManager, "verify", staticmethod(lambda path: {"train_seconds": seconds[int(Path(path).name)]}))
     evaluated = []
