@@ -76,13 +76,15 @@ def test_run_order_puts_grpo_first_and_rotates_the_others():
 
 def test_band_keeps_only_the_checkpoint_before_grpos_time():
     """catches: the checkpoint of estimand (a) taken after T_G (``<=`` as ``<`` is harmless; ``>=``
-    picks step 34), a grid time's first checkpoint dropped, or the last checkpoint dropped."""
-    # (step, train seconds): step marks, grid saves, and band saves around T_G = 1744.8
+    keeps the last checkpoint, step 40, and drops step 33), a grid time's first checkpoint dropped, or
+    the last checkpoint dropped (here a run that reached its step horizon before the budget: its last
+    checkpoint is no grid time's)."""
+    # (step, train seconds): step marks, grid saves, band saves around T_G = 1744.8, the final save
     kept = [(5, 280.0), (6, 330.0), (20, 1010.0), (30, 1510.0), (31, 1560.0), (32, 1610.0), (33, 1700.0),
-            (34, 1750.0), (35, 1805.0), (48, 2410.0)]
+            (34, 1750.0), (35, 1805.0), (40, 2090.0)]
     keep = word_arith_time.checkpoints_to_keep(kept, 1744.8)
-    assert keep == {5, 6, 20, 30, 33, 35, 48}  # 6: first >= 300; 30: first >= 1500; 33: last <= T_G; 35: >= 1800
-    assert word_arith_time.checkpoints_to_keep(kept, None) == {5, 6, 20, 30, 35, 48}
+    assert keep == {5, 6, 20, 30, 33, 35, 40}  # 6: first >= 300; 30: first >= 1500; 33: last <= T_G; 35: >= 1800; 40: last
+    assert word_arith_time.checkpoints_to_keep(kept, None) == {5, 6, 20, 30, 35, 40}
 
 
 def test_estimand_steps_are_grpos_last_and_the_rows_equal_time_and_equal_steps(tmp_path, monkeypatch):
