@@ -217,3 +217,6 @@ def test_two_passes_delete_only_the_unused_band_and_evaluate_every_kept_checkpoi
     word_arith_time.evaluate(tmp_path, PRIMARY, 1744.8, keep_checkpoints=False, first_pass=False)
     assert evaluated == [20, 48, 5, 7, 10, 15, 24, 33, 42, 51, 60, 68]
     assert not any(ckpts.iterdir())  # 43, 45 and 46 deleted unevaluated
+    # the report's estimand (a) reads the checkpoint the band kept: at_time over the evaluated curve
+    curve = sorted((_entry(s, seconds[s], 1) for s in evaluated), key=lambda e: e["train_seconds"])
+    assert at_time(curve, 1744.8)["step"] == 48
