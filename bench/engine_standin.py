@@ -4,12 +4,18 @@ its own on the trainer's GPU that holds, phase by phase, the GPU memory a coloca
 holds, and takes the refit through the engine server's own code. vLLM is not installed on the check
 machine.
 
-Memory, as vLLM 0.32's sleep mode (``LLM.sleep`` / ``LLM.wake_up``) holds it:
+Memory, as vLLM 0.32's sleep mode (``LLM.sleep`` / ``LLM.wake_up``) holds it, with the memory
+plan's runtime (``fastrl.models.memory_plan.ENGINE_RUNTIME_GIB``):
 
-- **start** (``start``): vLLM claims its whole share at start-up: the runtime (its profile run's
-  activations, CUDA graphs; kept through every sleep), the weights and the KV cache;
+- **start** (``start``): vLLM claims its whole share at start-up: the runtime, the weights and the
+  KV cache; the stand-in, like the plan, keeps the runtime on the GPU through every sleep. (vLLM
+  0.32's own sleep keeps less there: its ``CuMemBackend.suspend`` copies the CuMem pools tagged
+  ``runtime`` and ``cudagraph`` to host memory and unmaps them at every level, and maps them back
+  at any wake; what stays is the memory outside those pools, the CUDA context and NCCL's buffers.
+  So the stand-in, as the plan, errs high while the engine sleeps.)
 - **sleep level 2** (``sleep``, the engine server's ``op_sleep``, what FastRL does between steps):
-  weights and KV cache discarded, nothing kept in host memory;
+  weights and KV cache discarded, the weights not copied to host memory (vLLM keeps only the
+  model's buffers and the pools above there);
 - **sleep level 1** (``sleep_level1``; FastRL does not use it): the weights copied to host memory
   and their GPU memory freed, the KV cache discarded;
 - **wake** (``wake_up(tags)``): the tagged regions claimed again; after level 1 the weights are

@@ -69,7 +69,10 @@ Writes into ``--out`` (default ``$OUT`` when set, else runs/memory_timeline): ``
 probe ran and the stand-in exited cleanly, 1 otherwise, 2 without CUDA outside ``--cpu-smoke``. A
 phase that runs out of memory is a row with its error, and the next phase runs; where the plan says
 that phase does not fit the GPU, its row says so and it counts as run (the plan's prediction held).
-On an H100 the plan of this H200 layout does not fit its engine-awake phases.
+By the plan (default lengths), on an H100 (79-80 GiB) this H200 layout fits only its start-up and
+``empty_cache`` phases (old and ref about 80 GiB, update 88, generation 91 with the reserve), and on
+an H200 (about 140 GiB) every phase but the ``fully_reshardable`` save (about 145 GiB: the gather of
+each fp32 state with the engine awake).
 
     python bench/gpu_memory_timeline.py                  # on the GPU machine (bench/gpu_check.sh runs it)
     python bench/gpu_memory_timeline.py --cpu-smoke      # here

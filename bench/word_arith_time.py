@@ -27,19 +27,22 @@ processes' cores and the hypervisor's steal, which is how a drift between the po
 GRPO trains :data:`GRPO_STEPS` steps and keeps its checkpoints at :data:`STEP_MARKS`; every other
 row trains until its training time reaches :data:`BUDGET_S` (``trainer.max_train_time_s``; the step
 horizon :data:`HORIZON_STEPS`, with ``trainer.epochs=2`` since one epoch of the 600 training prompts
-is 75 steps, is the LR schedule's and ARS's, set above the 45-60 steps the budget allows at FastRL's
-40-53 s steps) and keeps a checkpoint for good at each step of :data:`STEP_MARKS`, at each training
-time of the curve grid :data:`GRID_S`, and at each time of the band (:func:`band_times`): every
-:data:`BAND_STEP_S` seconds over the :data:`BAND_S` seconds before ``T_G``, so that the last step
-that ends at or before ``T_G`` is kept when steps are at least :data:`BAND_STEP_S` long (and ends
-at most that far before it otherwise) (``checkpoint.save_at_train_s`` / ``save_at_steps``; a grid
-checkpoint is saved after the step that reaches its time). No held-out evaluation runs during
-training (``data.test_size=0``). After each run the band checkpoints other than the one estimand
-(a) uses are deleted unevaluated (:func:`checkpoints_to_keep`) and the rest are evaluated on the
-test split (:func:`bench.eval_checkpoints.evaluate_run`, :data:`TEST_PATH`, :data:`TEST_SIZE`
-problems; the first 300 are the earlier test split) and deleted (``--keep-checkpoints`` keeps
-them); ``--no-eval`` trains only (the rows of a sitting back to back on an idle machine) and
-``--eval-only`` evaluates what earlier sittings left, off the training clock.
+is 75 steps, is the LR schedule's and ARS's; it was set from FastRL's 40-53 s steps of the earlier
+runs, and GRPO + FastRL as published made 68 steps of 35 s on average in seed 1's budget: a row
+whose steps average under 30 s stops at step 80 before the budget) and keeps a checkpoint for good
+at each step of :data:`STEP_MARKS`, at each training time of the curve grid :data:`GRID_S`, and at
+each time of the band (:func:`band_times`): every :data:`BAND_STEP_S` seconds over the
+:data:`BAND_S` seconds before ``T_G``, so that the last step that ends at or before ``T_G`` is kept
+when steps are at least :data:`BAND_STEP_S` long (and one that ends at most that far before it
+otherwise) (``checkpoint.save_at_train_s`` / ``save_at_steps``; a grid checkpoint is saved after
+the step that reaches its time). No held-out evaluation runs during training (``data.test_size=0``).
+After each run the band checkpoints other than the one estimand (a) uses are deleted unevaluated
+(:func:`checkpoints_to_keep`) and the rest are evaluated on the test split
+(:func:`bench.eval_checkpoints.evaluate_run`, :data:`TEST_PATH`, :data:`TEST_SIZE` problems; the
+first 300 are the earlier test split) and deleted (``--keep-checkpoints`` keeps them); ``--no-eval``
+trains only (the rows of a sitting back to back on an idle machine) and ``--eval-only`` evaluates
+what earlier sittings left, off the training clock, in two passes (:func:`evaluate_finished`: first
+the checkpoints the estimands read, in every run, then the rest of the curves).
 
 Fixed before any budget row ran, from the training time (not the accuracy) of the first GRPO run
 (seed 1: ``T_G`` = 1,745 s, at 43c599c): the budget is 2,400 s, 38% above it (the committed 20-step
@@ -54,8 +57,9 @@ deleted.)
     python bench/word_arith_time.py --seeds 3 --report-only
     python bench/word_arith_time.py --seeds 1 --rows grpo --out /tmp/w trainer.max_steps=2   # a smoke run
 
-Costs: a GRPO run about 32 minutes, a budget row 43; each evaluation of 1,800 problems about 6-15
-minutes (300 took 58-155 s in the committed runs): 4 for GRPO, 13 per budget row.
+Costs: a GRPO run about 32 minutes, a budget row about 45 (seed 1: 1,916 s and 2,691 s of process time,
+the latter without the 1,426 s its step-51 save stalled); each evaluation of 1,800 problems about 6-15
+minutes (300 took 58-155 s in the committed runs): 4 for GRPO, up to 13 per budget row (12 in seed 1).
 """
 
 from __future__ import annotations
@@ -201,7 +205,6 @@ def checkpoints_to_keep(kept: list[tuple[int, float]], t_grpo: float | None) -> 
 def drop_unused_band(run_dir: Path, t_grpo: float | None) -> list[int]:
     """Delete the run's kept checkpoints that :func:`checkpoints_to_keep` leaves out (not yet
     evaluated); their steps."""
-    from bench.eval_checkpoints import checkpoints_to_evaluate
     from fastrl.checkpoint.manager import CheckpointManager
 
     found = {c.step: (c, CheckpointManager.verify(c.path).get("train_seconds")) for c in checkpoints_to_evaluate(run_dir)}

@@ -2,6 +2,7 @@
 paired statistics it uses (bench/word_arith_time.py, bench/paired_stats.py)."""
 
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -75,13 +76,15 @@ def test_run_order_puts_grpo_first_and_rotates_the_others():
 
 def test_band_keeps_only_the_checkpoint_before_grpos_time():
     """catches: the checkpoint of estimand (a) taken after T_G (``<=`` as ``<`` is harmless; ``>=``
-    picks step 34), a grid time's first checkpoint dropped, or the last checkpoint dropped."""
-    # (step, train seconds): step marks, grid saves, and band saves around T_G = 1744.8
+    keeps the last checkpoint, step 40, and drops step 33), a grid time's first checkpoint dropped, or
+    the last checkpoint dropped (here a run that reached its step horizon before the budget: its last
+    checkpoint is no grid time's)."""
+    # (step, train seconds): step marks, grid saves, band saves around T_G = 1744.8, the final save
     kept = [(5, 280.0), (6, 330.0), (20, 1010.0), (30, 1510.0), (31, 1560.0), (32, 1610.0), (33, 1700.0),
-            (34, 1750.0), (35, 1805.0), (48, 2410.0)]
+            (34, 1750.0), (35, 1805.0), (40, 2090.0)]
     keep = word_arith_time.checkpoints_to_keep(kept, 1744.8)
-    assert keep == {5, 6, 20, 30, 33, 35, 48}  # 6: first >= 300; 30: first >= 1500; 33: last <= T_G; 35: >= 1800
-    assert word_arith_time.checkpoints_to_keep(kept, None) == {5, 6, 20, 30, 35, 48}
+    assert keep == {5, 6, 20, 30, 33, 35, 40}  # 6: first >= 300; 30: first >= 1500; 33: last <= T_G; 35: >= 1800; 40: last
+    assert word_arith_time.checkpoints_to_keep(kept, None) == {5, 6, 20, 30, 35, 40}
 
 
 def test_estimand_steps_are_grpos_last_and_the_rows_equal_time_and_equal_steps(tmp_path, monkeypatch):
@@ -173,3 +176,47 @@ def test_report_opens_with_the_estimands_and_draws_the_curves(tmp_path):
     assert "| GRPO + FastRL as published (MDAP + ARS) (primary) | 2 | +10.0 |" in text
     path = word_arith_time.plot(per_seed, ["grpo", PRIMARY], tmp_path / "curves.png")
     assert path.stat().st_size > 1000
+
+
+def test_two_passes_delete_only_the_unused_band_and_evaluate_every_kept_checkpoint(tmp_path, monkeypatch):
+    """A budget row's checkpoints through ``evaluate`` twice, as ``--eval-only`` runs it: the band
+    checkpoints other than the last at or before T_G are deleted unevaluated, the first pass evaluates
+    step 20 and that one, the second pass the rest of the curve, and no checkpoint the curve or an
+    estimand needs is deleted unevaluated (the second pass's band rule sees the first pass's
+    checkpoints gone).
+
+    catches: a band checkpoint evaluated, the checkpoint of estimand (a) deleted unevaluated, or
+    the second pass deleting a grid checkpoint once the first pass removed its neighbours."""
+    from bench.eval_checkpoints import CheckpointInfo
+    from fastrl.checkpoint.manager import CheckpointManager
+
+    # seed 1's checkpoints of GRPO + FastRL as published (T_G 1744.8 s): steps 43, 45, 46 are band only
+    seconds = {5: 251.3, 7: 336.7, 10: 462.4, 15: 630.9, 20: 783.4, 24: 910.1, 33: 1204.8, 42: 1518.5, 43: 1551.4,
+               45: 1623.5, 46: 1655.7, 48: 1718.3, 51: 1829.9, 60: 2133.7, 68: 2408.4}
+    ckpts = tmp_path / "checkpoints"
+    for s in seconds:
+        (ckpts / str(s)).mkdir(parents=True)
+
+    def on_disk(run_dir):
+        return [CheckpointInfo(ckpts / str(s), s) for s in sorted(seconds) if (ckpts / str(s)).is_dir()]
+
+    monkeypatch.setattr(word_arith_time, "checkpoints_to_evaluate", on_disk)
+    monkeypatch.setattr(CheckpointManager, "verify", staticmethod(lambda path: {"train_seconds": seconds[int(Path(path).name)]}))
+    evaluated = []
+
+    def evaluate_run(run_dir, *, steps, delete_evaluated, **_):
+        for c in on_disk(run_dir):
+            if steps is None or c.step in steps:
+                evaluated.append(c.step)
+                if delete_evaluated:
+                    shutil.rmtree(c.path)
+
+    monkeypatch.setattr(word_arith_time, "evaluate_run", evaluate_run)
+    word_arith_time.evaluate(tmp_path, PRIMARY, 1744.8, keep_checkpoints=False, first_pass=True)
+    assert evaluated == [20, 48]
+    word_arith_time.evaluate(tmp_path, PRIMARY, 1744.8, keep_checkpoints=False, first_pass=False)
+    assert evaluated == [20, 48, 5, 7, 10, 15, 24, 33, 42, 51, 60, 68]
+    assert not any(ckpts.iterdir())  # 43, 45 and 46 deleted unevaluated
+    # the report's estimand (a) reads the checkpoint the band kept: at_time over the evaluated curve
+    curve = sorted((_entry(s, seconds[s], 1) for s in evaluated), key=lambda e: e["train_seconds"])
+    assert at_time(curve, 1744.8)["step"] == 48
