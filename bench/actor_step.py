@@ -260,7 +260,7 @@ def measure(name: str, precision: str, args: argparse.Namespace, cache: Path) ->
         old = compute_log_probs(policy.chunks, batch, micro_batch_size=args.micro_batch)
         _sync()
         t1 = time.perf_counter()
-        actor.forward_backward(batch.with_tensors(old_log_probs=old))
+        actor.forward_backward(batch.with_tensors(old_log_probs=old), dp_size=1)  # one process
         metrics = actor.step()
         _sync()
         t2 = time.perf_counter()

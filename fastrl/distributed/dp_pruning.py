@@ -14,7 +14,9 @@ Each DP rank holds the rollouts it generated. Pruning (MDAP and the baselines of
    differs from their owner travel, point to point inside the DP group.
 
 Tensor-parallel and pipeline-parallel peers of a DP rank hold the same rollouts and make the same
-decisions; the partition count is the DP size, never the world size.
+decisions; the partition count is the DP size, never the world size. The DP size is the caller's
+(the trainer's step geometry, :class:`fastrl.training.geometry.StepGeometry`): the gather checks
+it against the DP group, and every later function reads it from the gathered inputs or the offsets.
 """
 
 from __future__ import annotations
@@ -66,6 +68,8 @@ class LocalPruningInputs:
 class GlobalPruningInputs:
     """The whole DP group's rollouts, concatenated in DP-rank order (identical on every rank)."""
 
+    dp_size: int
+    """The DP ranks whose rollouts these are (the caller's, checked against the DP group)."""
     group_ids: torch.Tensor
     advantages: torch.Tensor
     lengths: torch.Tensor
@@ -81,15 +85,20 @@ class GlobalPruningInputs:
         return int(self.group_ids.shape[0])
 
 
-def gather_pruning_metadata(local: LocalPruningInputs) -> GlobalPruningInputs:
-    """All-gather the pruning metadata over the DP group.
+def gather_pruning_metadata(local: LocalPruningInputs, *, dp_size: int) -> GlobalPruningInputs:
+    """All-gather the pruning metadata over the DP group of ``dp_size`` ranks.
 
     Bytes moved per rollout (received by every DP rank from every other): 8 (group id) + 8
     (advantage, float64) + 8 (length) + either 8 x response tokens + 8 (exact mode) or
     2 x MinHash bins + 8 (minhash mode).
+
+    Raises:
+        ValueError: the DP group does not have ``dp_size`` ranks.
     """
     ints = torch.stack([local.group_ids.to(torch.int64), local.lengths.to(torch.int64)], dim=1)
     parts_int = collectives.all_gather_dp(ints)
+    if len(parts_int) != dp_size:
+        raise ValueError(f"the data-parallel group has {len(parts_int)} ranks, the step geometry says dp_size={dp_size}")
     parts_adv = collectives.all_gather_dp(local.advantages.to(torch.float64))
     owners = torch.cat([torch.full((len(p),), r, dtype=torch.int64) for r, p in enumerate(parts_int)])
     local_index = torch.cat([torch.arange(len(p), dtype=torch.int64) for p in parts_int])
@@ -105,6 +114,7 @@ def gather_pruning_metadata(local: LocalPruningInputs) -> GlobalPruningInputs:
         signatures = torch.cat(collectives.all_gather_dp(local.signatures))
         response_lengths = torch.cat(collectives.all_gather_dp(local.response_lengths.to(torch.int64)))
     return GlobalPruningInputs(
+        dp_size=dp_size,
         group_ids=all_int[:, 0],
         advantages=torch.cat(parts_adv),
         lengths=all_int[:, 1],
@@ -129,15 +139,18 @@ class DPPruneOutcome:
     """bool [n]: this rank's rollouts that are kept."""
 
 
-def dp_global_prune(local: LocalPruningInputs, prune: Callable[[GlobalPruningInputs], object]) -> DPPruneOutcome:
-    """Gather the metadata and run ``prune`` (a pure function of the global batch) on every rank.
+def dp_global_prune(
+    local: LocalPruningInputs, prune: Callable[[GlobalPruningInputs], object], *, dp_size: int
+) -> DPPruneOutcome:
+    """Gather the metadata over the ``dp_size`` DP ranks (:func:`gather_pruning_metadata`) and run
+    ``prune`` (a pure function of the global batch) on every rank.
 
     ``prune(global_inputs)`` returns an object with a ``keep`` bool [N] attribute (``PruneResult``).
 
     Raises:
-        ValueError: the pruner's mask has the wrong length.
+        ValueError: the pruner's mask has the wrong length, or the DP group is not ``dp_size`` ranks.
     """
-    inputs = gather_pruning_metadata(local)
+    inputs = gather_pruning_metadata(local, dp_size=dp_size)
     result = prune(inputs)
     keep = torch.as_tensor(result.keep, dtype=torch.bool)
     if keep.shape != (len(inputs),):
@@ -186,7 +199,7 @@ def repartition(batch: PolicyBatch, outcome: DPPruneOutcome) -> PolicyBatch:
             hold the rows this rank reported.
     """
     inputs = outcome.inputs
-    return _move_kept(batch, outcome.keep, inputs.owners, inputs.local_index, inputs.lengths)
+    return _move_kept(batch, outcome.keep, inputs.owners, inputs.local_index, inputs.lengths, inputs.dp_size)
 
 
 def repartition_kept(batch: PolicyBatch, keep: torch.Tensor, offsets: Sequence[int]) -> PolicyBatch:
@@ -195,25 +208,32 @@ def repartition_kept(batch: PolicyBatch, keep: torch.Tensor, offsets: Sequence[i
     Args:
         batch: every local rollout of this rank (kept or not), in the order used for ``keep``.
         keep: bool [N], the global keep mask (identical on every rank).
-        offsets: DP rank ``r`` owns global rows ``offsets[r]:offsets[r + 1]`` (``d + 1`` values).
+        offsets: DP rank ``r`` owns global rows ``offsets[r]:offsets[r + 1]`` (``dp_size + 1``
+            values: the offsets give the DP size).
 
     Token lengths are all-gathered over DP here (8 bytes per rollout).
+
+    Raises:
+        ValueError: the offsets do not split the mask, or the DP group has another size.
     """
-    ranks = collectives.dp_size()
-    if len(offsets) != ranks + 1 or offsets[-1] != len(keep):
-        raise ValueError(f"offsets {list(offsets)} do not split {len(keep)} rollouts over {ranks} DP ranks")
+    ranks = len(offsets) - 1
+    if ranks < 1 or offsets[0] != 0 or offsets[-1] != len(keep) or any(b < a for a, b in zip(offsets[:-1], offsets[1:])):
+        raise ValueError(f"offsets {list(offsets)} do not split {len(keep)} rollouts over DP ranks")
     owners = torch.cat([torch.full((offsets[r + 1] - offsets[r],), r, dtype=torch.int64) for r in range(ranks)])
     local_index = torch.cat([torch.arange(offsets[r + 1] - offsets[r], dtype=torch.int64) for r in range(ranks)])
-    lengths = torch.cat(collectives.all_gather_dp(batch.lengths))
-    return _move_kept(batch, torch.as_tensor(keep, dtype=torch.bool), owners, local_index, lengths)
+    parts = collectives.all_gather_dp(batch.lengths)
+    if len(parts) != ranks:
+        raise ValueError(f"offsets {list(offsets)} describe {ranks} DP ranks, the data-parallel group has {len(parts)}")
+    lengths = torch.cat(parts)
+    return _move_kept(batch, torch.as_tensor(keep, dtype=torch.bool), owners, local_index, lengths, ranks)
 
 
 def _move_kept(
-    batch: PolicyBatch, keep: torch.Tensor, owners: torch.Tensor, local_index: torch.Tensor, lengths: torch.Tensor
+    batch: PolicyBatch, keep: torch.Tensor, owners: torch.Tensor, local_index: torch.Tensor, lengths: torch.Tensor,
+    ranks: int,
 ) -> PolicyBatch:
     kept = torch.nonzero(keep).flatten().tolist()
     kept_owners = owners[kept].tolist()
-    ranks = collectives.dp_size()
     targets = balanced_assignment(lengths[kept].tolist(), kept_owners, ranks)
     me = collectives.dp_rank()
     if len(batch) != int((owners == me).sum()):

@@ -9,7 +9,8 @@ One :meth:`Actor.update` is one optimizer step on one mini-batch (this DP rank's
    (:mod:`fastrl.algorithms.losses`), so the losses of all micro-batches of all DP ranks add up to the
    mini-batch loss, whatever the layout. Without pipeline parallelism each micro-batch runs at its
    own longest row (:func:`fastrl.models.logprobs.fit_micro_batches`). megatron averages micro-batch losses over micro-batches and
-   gradients over DP ranks; the loss handed to it is scaled by ``micro-batches x DP size`` to undo both.
+   gradients over DP ranks; the loss handed to it is scaled by ``micro-batches x DP size`` to undo both
+   (the DP size is the step geometry's, :attr:`fastrl.training.geometry.UpdatePlan.dp_size`, passed in).
 3. Gradients are reduced over DP (all-reduce, or reduce-scatter with the DistributedOptimizer),
    clipped to the global norm, and megatron's Adam steps; the LR schedule moves to the update's
    position (one unit per update of a step that makes them all,
@@ -214,13 +215,13 @@ class Actor:
         in the denominator as in the KL sum; :func:`~fastrl.algorithms.losses.loss_denominator`)."""
         return loss_denominator(batch.response_mask, self.agg_mode, row_weights=batch.kl_weights)
 
-    def forward_backward(self, batch: PolicyBatch, micro_sizes: list[int] | None = None) -> dict[str, float]:
+    def forward_backward(self, batch: PolicyBatch, micro_sizes: list[int] | None = None, *, dp_size: int) -> dict[str, float]:
         """Gradients of the mini-batch loss, reduced over DP, in the DDP grad buffers (no step).
         See :meth:`_forward_backward` (with the batch's own ``old_log_probs``)."""
-        return self._forward_backward(batch, micro_sizes, on_policy=False)[0]
+        return self._forward_backward(batch, micro_sizes, on_policy=False, dp_size=dp_size)[0]
 
     def forward_backward_on_policy(
-        self, batch: PolicyBatch, micro_sizes: list[int] | None = None
+        self, batch: PolicyBatch, micro_sizes: list[int] | None = None, *, dp_size: int
     ) -> tuple[dict[str, float], torch.Tensor]:
         """:meth:`forward_backward` of an on-policy mini-batch (the weights being updated generated
         its rows): the old log-probs are the detached log-probs of this forward pass
@@ -228,11 +229,11 @@ class Actor:
         outside ``batch.response_mask``, as :func:`~fastrl.models.logprobs.compute_log_probs`
         gives them) on every pipeline stage, for the later passes over these rows and the
         engine/trainer mismatch guard."""
-        metrics, captured = self._forward_backward(batch, micro_sizes, on_policy=True)
+        metrics, captured = self._forward_backward(batch, micro_sizes, on_policy=True, dp_size=dp_size)
         return metrics, cast(torch.Tensor, captured)
 
     def _forward_backward(
-        self, batch: PolicyBatch, micro_sizes: list[int] | None, *, on_policy: bool
+        self, batch: PolicyBatch, micro_sizes: list[int] | None, *, on_policy: bool, dp_size: int
     ) -> tuple[dict[str, float], torch.Tensor | None]:
         """Gradients of the mini-batch loss, reduced over DP, in the DDP grad buffers (no step).
 
@@ -241,6 +242,10 @@ class Actor:
         pipeline parallelism). None: micro-batches of ``parallel.micro_batch_size``. The loss of
         each micro-batch is its token sum over the global denominator, so the gradient is the same
         for every cut (``tests/distributed/test_split_invariance.py``).
+
+        ``dp_size``: the data-parallel ranks running this update alike (the step geometry's,
+        :attr:`~fastrl.training.geometry.UpdatePlan.dp_size`): megatron averages the gradients
+        over them, and the loss handed to it is scaled by it to undo that average.
 
         Returns:
             The metrics: ``actor/loss`` (the global mini-batch loss, identical on every rank of the
@@ -253,6 +258,8 @@ class Actor:
         """
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
+        if dp_size < 1:
+            raise ValueError(f"dp_size must be >= 1, got {dp_size}")
         chunks = self.policy.chunks
         for chunk in chunks:
             chunk.train()
@@ -271,7 +278,7 @@ class Actor:
         global_den = collectives.all_reduce_sum_dp(self.local_denominator(batch))  # the one DP reduction before the loss
         if float(global_den) <= 0:
             raise ValueError("the mini-batch has no response tokens on any DP rank")
-        scale = len(micro_batches) * collectives.dp_size()
+        scale = len(micro_batches) * dp_size
         captured: list[torch.Tensor] = []
         t = batch.seq_length
 
@@ -291,14 +298,14 @@ class Actor:
             micro_batch_size=len(micro_batches[0]),  # unused without pipeline parallelism
             forward_only=False,
         )
-        metrics = self._reduce_metrics(outputs)
+        metrics = self._reduce_metrics(outputs, dp_size)
         if not on_policy:
             return metrics, None
         device = batch.input_ids.device
         local = torch.cat(captured).to(device) if collectives.pipeline_is_last_stage() else None
         return metrics, collectives.broadcast_from_last_pipeline_stage(local, (len(batch), t), torch.float32, device)
 
-    def _reduce_metrics(self, outputs: list[dict[str, torch.Tensor]]) -> dict[str, float]:
+    def _reduce_metrics(self, outputs: list[dict[str, torch.Tensor]], dp: int) -> dict[str, float]:
         sums = {"actor/loss", "actor/pg_loss", "actor/kl_loss"}  # shares of the mini-batch loss: add up
         local = None
         if outputs:  # the last pipeline stage
@@ -309,7 +316,6 @@ class Actor:
         local = collectives.broadcast_object_from_last_pipeline_stage(local)
         keys = sorted(local)
         values = collectives.all_reduce_sum_dp(torch.tensor([local[k] for k in keys], dtype=torch.float64))
-        dp = collectives.dp_size()
         return {k: float(v) if k in sums else float(v) / dp for k, v in zip(keys, values)}
 
     #: Optimizer updates skipped in a row by :meth:`step` (non-finite loss or gradient); 0 after an applied one.
@@ -353,11 +359,13 @@ class Actor:
         }
 
     def update(
-        self, batch: PolicyBatch, micro_sizes: list[int] | None = None, *, lr_position: int | float | None = None
+        self, batch: PolicyBatch, micro_sizes: list[int] | None = None, *, dp_size: int,
+        lr_position: int | float | None = None,
     ) -> dict[str, float]:
         """One optimizer step on this DP rank's share of a mini-batch; global metrics
-        (``lr_position`` and the skip of a non-finite update: :meth:`step`)."""
-        metrics = self.forward_backward(batch, micro_sizes)
+        (``dp_size``: :meth:`_forward_backward`; ``lr_position`` and the skip of a non-finite
+        update: :meth:`step`)."""
+        metrics = self.forward_backward(batch, micro_sizes, dp_size=dp_size)
         metrics.update(self.step(lr_position=lr_position, loss=metrics.get("actor/loss")))
         return metrics
 

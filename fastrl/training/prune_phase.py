@@ -25,7 +25,7 @@ from fastrl.distributed.dp_pruning import (
     scale_local_advantages,
 )
 from fastrl.distributed.dp_pruning import repartition_kept as repartition_global_mask
-from fastrl.training.geometry import KeptGeometry, fit_to_micro_batches
+from fastrl.training.geometry import StepGeometry, fit_to_micro_batches
 from fastrl.training.pruner import MDAP_METHODS, keep_all, select_step
 from fastrl.training.rollout_batch import AdvantagedRollouts, padding_rows
 from fastrl.training.seeds import derive_seed
@@ -100,17 +100,18 @@ class PruneOutcome:
 
 
 def prune(
-    cfg: RunConfig, scored: AdvantagedRollouts, batch: PolicyBatch, *, step: int, geometry: KeptGeometry
+    cfg: RunConfig, scored: AdvantagedRollouts, batch: PolicyBatch, *, step: int, geometry: StepGeometry
 ) -> tuple[PruneOutcome, Metrics]:
-    """DP-global pruning: gather the metadata over DP, run the same selection on every rank, and
-    fit the kept count to ``geometry`` (the step's :class:`~fastrl.training.geometry.KeptGeometry`).
+    """DP-global pruning: gather the metadata over the ``geometry.dp_size`` DP ranks, run the same
+    selection on every rank, and fit the kept count to ``geometry`` (the step's
+    :class:`~fastrl.training.geometry.StepGeometry`: ``refill_multiple``, ``kept_unit``).
 
     A global batch smaller than ``dp_size x micro_batch_size`` (a DAPO step that collected few
     informative groups) is neither pruned nor trimmed: every rollout is kept and the re-partition
     pads it with zero-weight rows (``PruneOutcome.padding``, metric ``prune/num_padding``).
     """
     pc = cfg.pruning
-    multiple, whole = geometry.refill_multiple, geometry.unit
+    multiple, whole = geometry.refill_multiple, geometry.kept_unit
     responses = list(scored.rollouts.response_token_ids)
     common = dict(group_ids=scored.group_ids, advantages=scored.advantages, lengths=batch.lengths)
     if pc.method in MDAP_METHODS and pc.similarity_mode == "minhash":
@@ -143,7 +144,7 @@ def prune(
         return Selection(result, dropped=dropped, padding=padding, ars_counts=counts, selected_fraction=selected,
                          selection=rule, **extra)
 
-    outcome = dp_global_prune(local, select)
+    outcome = dp_global_prune(local, select, dp_size=geometry.dp_size)
     chosen: Selection = outcome.result
     result, padding = chosen.result, chosen.padding
     m: Metrics = {"prune/dropped_for_geometry": float(chosen.dropped)}
@@ -203,7 +204,7 @@ def _repartition_padded(batch: PolicyBatch, outcome: PruneOutcome) -> PolicyBatc
     holds the most rollouts (the lowest such rank: the same choice on every rank), as if that rank
     had generated them; the balanced re-partition then gives every rank the same count."""
     inputs, keep = outcome.dp.inputs, outcome.dp.keep
-    ranks = collectives.dp_size()
+    ranks = inputs.dp_size
     counts = [int((inputs.owners == r).sum()) for r in range(ranks)]
     host = max(range(ranks), key=lambda r: (counts[r], -r))
     if collectives.dp_rank() == host:

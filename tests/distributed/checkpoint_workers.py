@@ -44,7 +44,7 @@ def fully_parallel_save_worker(hf_dir: Path, out: Path) -> dict[str, Any]:
     trained = actor()
     batch = make_train_batch(hf_dir)
     share = len(batch) // ctx.dp_size
-    trained.forward_backward(batch.select(range(ctx.dp_rank * share, (ctx.dp_rank + 1) * share)))
+    trained.forward_backward(batch.select(range(ctx.dp_rank * share, (ctx.dp_rank + 1) * share)), dp_size=ctx.dp_size)
     trained.step()
     saves = {"spread": ctx.dp_group, "rank0": None}
     for name, group in saves.items():

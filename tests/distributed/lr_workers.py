@@ -24,7 +24,7 @@ def lr_horizon_worker(hf_dir: Path, *, refill_to: str, prompts_per_step: int, mi
     from fastrl.distributed import parallel_state
     from fastrl.models.provider import build_policy
     from fastrl.training.actor import Actor
-    from fastrl.training.geometry import plan_update, updates_per_step_estimate
+    from fastrl.training.geometry import step_geometry, updates_per_step_estimate
     from fastrl.training.update_phase import update_policy
 
     parallel = ParallelConfig(backend="gloo", micro_batch_size=1)
@@ -48,7 +48,7 @@ def lr_horizon_worker(hf_dir: Path, *, refill_to: str, prompts_per_step: int, mi
         batch = make_train_batch(hf_dir, n=kept)
         share = kept // ctx.dp_size
         mine = batch.select(range(ctx.dp_rank * share, (ctx.dp_rank + 1) * share))
-        m = update_policy(mine, actor, plan_update(cfg, mine.lengths, n=n, dp_size=ctx.dp_size, step=step))
+        m = update_policy(mine, actor, step_geometry(cfg, ctx.dp_size, n).plan_update(mine.lengths, step=step))
         updates.append(int(m["actor/updates"]))
         positions.append(actor.scheduler.num_steps)
     return {

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from workers import hf_log_probs, make_batch
 
-from fastrl.config import AlgorithmConfig, OptimizerConfig, ParallelConfig, PrecisionConfig
+from fastrl.config import AlgorithmConfig, OptimizerConfig, ParallelConfig, PrecisionConfig, RunConfig
 
 
 def on_policy_worker(hf_dir: Path, update_rows: tuple[int, ...], passes: int) -> dict[str, Any]:
@@ -22,7 +22,7 @@ def on_policy_worker(hf_dir: Path, update_rows: tuple[int, ...], passes: int) ->
     from fastrl.distributed import parallel_state
     from fastrl.models.provider import build_policy
     from fastrl.training.actor import Actor
-    from fastrl.training.geometry import UpdatePlan
+    from fastrl.training.geometry import UpdatePlan, step_geometry
     from fastrl.training.update_phase import add_log_probs, update_policy
 
     parallel = ParallelConfig(backend="gloo", micro_batch_size=2)
@@ -39,8 +39,9 @@ def on_policy_worker(hf_dir: Path, update_rows: tuple[int, ...], passes: int) ->
     )
     plan = UpdatePlan(
         row_order=tuple(range(n)), update_rows=update_rows, micro_batches=tuple((2,) * (k // 2) for k in update_rows),
-        passes=passes, lr_positions=tuple(range(1, passes * len(update_rows) + 1)),
+        passes=passes, lr_positions=tuple(range(1, passes * len(update_rows) + 1)), dp_size=1,
     )
+    geometry = step_geometry(RunConfig(parallel=parallel), 1, n)  # the log-prob passes: micro-batches of 2 rows
 
     def actor() -> Actor:
         policy = build_policy(hf_dir, parallel=parallel, precision=PrecisionConfig(mode="fp32"), trainable=True)
@@ -61,7 +62,7 @@ def on_policy_worker(hf_dir: Path, update_rows: tuple[int, ...], passes: int) ->
     for name, old_from in (("recompute", 0), ("auto", update_rows[0])):
         a = actor()
         before = weights(a)
-        prepared, pre_metrics = add_log_probs(batch, a, reference, micro_batch_size=2, phase=phase, old_from=old_from)
+        prepared, pre_metrics = add_log_probs(batch, a, reference, geometry=geometry, phase=phase, old_from=old_from)
         seen: list[dict[str, float]] = []
         metrics = update_policy(prepared, a, plan, on_policy_rows=old_from, guard=seen.append)
         out[name] = {
@@ -71,7 +72,7 @@ def on_policy_worker(hf_dir: Path, update_rows: tuple[int, ...], passes: int) ->
 
     a = actor()
     before = weights(a)
-    prepared, _ = add_log_probs(batch, a, reference, micro_batch_size=2, phase=phase, old_from=update_rows[0])
+    prepared, _ = add_log_probs(batch, a, reference, geometry=geometry, phase=phase, old_from=update_rows[0])
 
     def refuse(metrics: dict[str, float]) -> None:
         raise RuntimeError("mismatch guard")

@@ -25,7 +25,7 @@ def padded_repartition_worker(sizes: list[int], padding: int) -> dict[str, Any]:
         group_ids=group_ids[rows], advantages=advantages[rows], lengths=local_batch.lengths,
         responses=[responses[i] for i in rows],
     )  # fmt: skip
-    outcome = dp_pruning.dp_global_prune(local, lambda g: keep_all(g.group_ids, g.lengths))
+    outcome = dp_pruning.dp_global_prune(local, lambda g: keep_all(g.group_ids, g.lengths), dp_size=ctx.dp_size)
     mine, _ = repartition_kept(local_batch, PruneOutcome(outcome, outcome.result, None, padding=padding))
     return {
         "dp_rank": ctx.dp_rank,

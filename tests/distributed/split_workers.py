@@ -28,7 +28,7 @@ def split_worker(hf_dir: Path, algorithm, splits: list[list[int] | None], n: int
     batch = make_train_batch(hf_dir, n=n)
     out = []
     for sizes in splits:
-        metrics = actor.forward_backward(batch, sizes)
+        metrics = actor.forward_backward(batch, sizes, dp_size=1)
         grads = {name: p.main_grad.detach().clone() for name, p in policy.chunks[0].named_parameters()}
         out.append({"loss": metrics["actor/loss"], "grads": grads})
     return {"results": out}

@@ -51,7 +51,7 @@ def dp_step_worker(distributed: bool) -> dict[str, Any]:
     from fastrl.distributed import collectives
     from fastrl.rollout.engine import PromptInputs, RolloutPrompt, Rollouts
     from fastrl.training.actor import Actor
-    from fastrl.training.geometry import kept_geometry
+    from fastrl.training.geometry import step_geometry
     from fastrl.training.prompting import PromptSource
     from fastrl.training.prune_phase import prune, repartition_kept
     from fastrl.training.rollout_batch import to_policy_batch
@@ -82,7 +82,7 @@ def dp_step_worker(distributed: bool) -> dict[str, Any]:
     scored, _ = score(_Scorer(), prompts, rollouts, cfg)
     advantaged, adv_metrics = compute_advantages(scored, cfg.algorithm, step=1)
     batch = to_policy_batch(advantaged, range(len(names)), pad_token_id=0)
-    outcome, metrics = prune(cfg, advantaged, batch, step=1, geometry=kept_geometry(cfg, 2, N))
+    outcome, metrics = prune(cfg, advantaged, batch, step=1, geometry=step_geometry(cfg, 2, N))
     kept, _ = repartition_kept(batch, outcome)
     # the loss of the kept rows under log-probs that depend on each row's tokens only
     old = kept.engine_log_probs.float()

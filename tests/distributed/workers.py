@@ -173,7 +173,7 @@ def train_worker(hf_dir: Path, tp: int, pp: int, algorithm, *, distributed_optim
     batch = make_train_batch(hf_dir)
     share = len(batch) // ctx.dp_size
     mine = batch.select(range(ctx.dp_rank * share, (ctx.dp_rank + 1) * share))
-    metrics = actor.forward_backward(mine)
+    metrics = actor.forward_backward(mine, dp_size=ctx.dp_size)
     if step:
         metrics.update(actor.step())
     else:
@@ -257,7 +257,7 @@ def pruning_worker(tp: int, num_groups: int, n: int, multiple: int, mode: str, w
             sketch = ResponseSketch.from_tensors(g.signatures, g.response_lengths, ngram=1, seed=0)
             return mdap_select(g.advantages, g.group_ids, sketch, multiple=multiple)
 
-    outcome = dp_pruning.dp_global_prune(local, prune)
+    outcome = dp_pruning.dp_global_prune(local, prune, dp_size=ctx.dp_size)
     if weighted:
         g = outcome.inputs
         local_batch = dp_pruning.scale_local_advantages(
@@ -289,7 +289,7 @@ def bf16_and_reference_worker(hf_dir: Path) -> dict[str, Any]:
     from fastrl.training.actor import Actor
 
     parallel = ParallelConfig(tensor_model_parallel_size=2, backend="gloo", micro_batch_size=2)
-    parallel_state.initialize(parallel, seed=1)
+    ctx = parallel_state.initialize(parallel, seed=1)
     bf16 = PrecisionConfig(mode="bf16")
     actor_policy = build_policy(hf_dir, parallel=parallel, precision=bf16, trainable=True)
     reference = build_policy(hf_dir, parallel=parallel, precision=PrecisionConfig(), trainable=False)
@@ -302,7 +302,7 @@ def bf16_and_reference_worker(hf_dir: Path) -> dict[str, Any]:
     reload_to_device(reference, torch.device("cpu"))
     ref_lp = compute_log_probs(reference.chunks, batch, micro_batch_size=2)
     before = actor.log_probs(batch)
-    metrics = actor.update(batch.with_tensors(ref_log_probs=ref_lp))
+    metrics = actor.update(batch.with_tensors(ref_log_probs=ref_lp), dp_size=ctx.dp_size)
     after = actor.log_probs(batch)
     ref_after = compute_log_probs(reference.chunks, batch, micro_batch_size=2)
     return {

@@ -97,8 +97,8 @@ def test_the_run_stops_naming_the_step_when_skips_persist():
 def test_update_checks_the_loss_of_its_forward_backward():
     """catches: Actor.update not handing the mini-batch loss to step (a NaN loss with finite gradients applied)."""
     actor = _actor(0.1)
-    actor.forward_backward = lambda batch, micro_sizes=None: {"actor/loss": float("nan")}
-    m = actor.update(None)
+    actor.forward_backward = lambda batch, micro_sizes=None, *, dp_size: {"actor/loss": float("nan")}
+    m = actor.update(None, dp_size=1)
     assert m["actor/update_skipped"] == 1.0 and math.isnan(m["actor/loss"]) and actor.optimizer.steps == 0
 
 
@@ -114,7 +114,7 @@ def test_the_on_policy_first_update_checks_its_loss_too():
 
     actor = _actor(0.1)
     actor.sequence_multiple = 1
-    actor.forward_backward_on_policy = lambda batch, micro_sizes=None: (
+    actor.forward_backward_on_policy = lambda batch, micro_sizes=None, *, dp_size: (
         {"actor/loss": float("nan")}, torch.zeros(len(batch), batch.seq_length)
     )
     mask = torch.tensor([[False, True, True], [False, True, False]])
@@ -123,6 +123,6 @@ def test_the_on_policy_first_update_checks_its_loss_too():
         advantages=torch.tensor([1.0, -1.0]), engine_log_probs=torch.zeros(2, 3),
         old_log_probs=torch.full((2, 3), float("nan")),
     )
-    plan = UpdatePlan(row_order=(0, 1), update_rows=(2,), micro_batches=((2,),), passes=1, lr_positions=(1,))
+    plan = UpdatePlan(row_order=(0, 1), update_rows=(2,), micro_batches=((2,),), passes=1, lr_positions=(1,), dp_size=1)
     m = update_policy(batch, actor, plan, on_policy_rows=2)
     assert m["actor/update_skipped"] == 1.0 and actor.optimizer.steps == 0

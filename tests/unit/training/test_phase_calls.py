@@ -16,7 +16,7 @@ from fastrl.config import AlgorithmConfig
 from fastrl.data import Record
 from fastrl.rewards.result import RewardResult
 from fastrl.rollout.engine import PromptInputs, RolloutPrompt, Rollouts
-from fastrl.training.geometry import kept_geometry
+from fastrl.training.geometry import step_geometry
 from fastrl.training.prompting import PromptBatch, PromptSource
 from fastrl.training.prune_phase import prune
 from fastrl.training.rollout_batch import ScoredRollouts, to_policy_batch
@@ -61,7 +61,7 @@ def test_prune_weights_are_inverse_keep_weights_with_the_response_lengths():
     scored = _scored([0] * 4 + [1] * 4, [1, 1, 0, 0, 0, 0, 0, 0], responses)
     advantaged = scored.with_advantages(torch.tensor([1.0, 1.0, -1.0, -1.0, 0.0, 0.0, 0.0, 0.0]))
     batch = to_policy_batch(advantaged, range(8), pad_token_id=0)
-    outcome, metrics = prune(cfg, advantaged, batch, step=1, geometry=kept_geometry(cfg, 1, 4))
+    outcome, metrics = prune(cfg, advantaged, batch, step=1, geometry=step_geometry(cfg, 1, 4))
     keep = outcome.dp.keep
     assert keep.tolist() == [True, False, True, True, True, False, True, True]
     lengths = torch.tensor([len(r) for r in responses])

@@ -11,7 +11,7 @@ import torch
 
 from fastrl.config import PruningConfig
 from fastrl.rollout.engine import PromptInputs, RolloutPrompt, Rollouts
-from fastrl.training.geometry import kept_geometry
+from fastrl.training.geometry import step_geometry
 from fastrl.training.prune_phase import prune, repartition_kept
 from fastrl.training.pruner import select_step
 from fastrl.training.rollout_batch import ScoredRollouts, to_policy_batch
@@ -47,7 +47,7 @@ def _run(**pruning):
     cfg = dataclasses.replace(base, pruning=dataclasses.replace(base.pruning, **pruning))
     scored = _advantaged()
     batch = to_policy_batch(scored, range(16), pad_token_id=0)
-    outcome, metrics = prune(cfg, scored, batch, step=2, geometry=kept_geometry(cfg, 1, 4))
+    outcome, metrics = prune(cfg, scored, batch, step=2, geometry=step_geometry(cfg, 1, 4))
     trained, _ = repartition_kept(batch, outcome)
     return outcome, metrics, trained
 

@@ -189,8 +189,6 @@ def test_a_stale_step_stops_before_its_update(monkeypatch, early, old_log_probs)
     in either order of the phases, or the guard it hands to ``update_policy`` for the on-policy
     first update, which measures the mismatch from its own forward pass): rollouts of a stale
     engine would be trained on."""
-    from fastrl.training.geometry import UpdatePlan
-
     calls: list[str] = []
     batch = types.SimpleNamespace(lengths=[5], with_tensors=lambda **k: batch, select=lambda order: batch)
     advantaged = type("Advantaged", (list,), {"advantages": torch.zeros(0)})()  # no rows
@@ -209,7 +207,6 @@ def test_a_stale_step_stops_before_its_update(monkeypatch, early, old_log_probs)
         "sleep_engine": lambda engine: None, "compute_advantages": lambda s, alg, **k: (advantaged, {}),
         "to_policy_batch": lambda *a, **k: batch, "prune": lambda *a, **k: (None, {}),
         "repartition_kept": lambda b, o: (b, {}),
-        "plan_update": lambda *a, **k: UpdatePlan(row_order=(0,), update_rows=(1,), micro_batches=(None,), passes=1, lr_positions=(1,)),
         "add_log_probs": lambda b, *a, old_from=0, **k: calls.append("log_probs") or (b, {} if old_from else stale),
         "update_policy": update_policy,
     }.items():

@@ -11,7 +11,7 @@ import torch
 
 from bench.prune_text import analyze, markdown
 from fastrl.rollout.engine import PromptInputs, RolloutPrompt, Rollouts
-from fastrl.training.geometry import kept_geometry
+from fastrl.training.geometry import step_geometry
 from fastrl.training.prune_phase import prune
 from fastrl.training.rollout_batch import ScoredRollouts, to_policy_batch
 from fastrl.training.rollout_log import (
@@ -48,7 +48,7 @@ def _advantaged():
 def _pruned(cfg):
     scored = _advantaged()
     batch = to_policy_batch(scored, range(8), pad_token_id=0)
-    outcome, _ = prune(cfg, scored, batch, step=3, geometry=kept_geometry(cfg, 1, 4))
+    outcome, _ = prune(cfg, scored, batch, step=3, geometry=step_geometry(cfg, 1, 4))
     return scored, outcome
 
 
