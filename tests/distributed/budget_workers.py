@@ -67,10 +67,10 @@ def budget_worker(groups_of_rank: list[list[int]]) -> dict[str, Any]:
     mine, _ = repartition_kept(batch, outcome)
     return {
         "dp_rank": ctx.dp_rank,
-        "keep": outcome.dp.keep,
-        "selection": outcome.selection,
-        "group_ids": outcome.dp.inputs.group_ids,
-        "local_index": outcome.dp.inputs.local_index,
+        "keep": outcome.keep,
+        "selection": outcome.rule_keep,
+        "group_ids": outcome.inputs.group_ids,
+        "local_index": outcome.inputs.local_index,
         "input_ids": mine.input_ids,
         "advantages": mine.advantages,
         "kl_weights": mine.kl_weights,

@@ -96,7 +96,7 @@ def dp_step_worker(distributed: bool) -> dict[str, Any]:
     trained = sorted((tuple(row[m].tolist()), round(float(a), 6))
                      for row, m, a in zip(kept.input_ids, kept.response_mask, kept.advantages))
     return {
-        "kept": sorted(n for n, k in zip(names, outcome.dp.keep_local.tolist()) if k),
+        "kept": sorted(n for n, k in zip(names, outcome.keep[outcome.inputs.rows_of(ctx.dp_rank)].tolist()) if k),
         "advantages": {n: float(a) for n, a in zip(names, advantaged.advantages)},
         "trained": trained,
         "metrics": {**metrics, **adv_metrics},

@@ -241,7 +241,7 @@ def pruning_worker(tp: int, num_groups: int, n: int, multiple: int, mode: str, w
     if mode == "exact":
         local = dp_pruning.LocalPruningInputs(
             group_ids=group_ids[rows], advantages=advantages[rows], lengths=local_batch.lengths,
-            responses=[responses[i] for i in rows],
+            response_lengths=torch.tensor([len(responses[i]) for i in rows]), responses=[responses[i] for i in rows],
         )  # fmt: skip
 
         def prune(g):
@@ -257,22 +257,21 @@ def pruning_worker(tp: int, num_groups: int, n: int, multiple: int, mode: str, w
             sketch = ResponseSketch.from_tensors(g.signatures, g.response_lengths, ngram=1, seed=0)
             return mdap_select(g.advantages, g.group_ids, sketch, multiple=multiple)
 
-    outcome = dp_pruning.dp_global_prune(local, prune, dp_size=ctx.dp_size)
+    g, result = dp_pruning.dp_global_prune(local, prune, dp_size=ctx.dp_size)
     if weighted:
-        g = outcome.inputs
         local_batch = dp_pruning.scale_local_advantages(
-            local_batch, outcome, bucket_size_weights(g.advantages, g.group_ids, outcome.keep)
+            local_batch, g, bucket_size_weights(g.advantages, g.group_ids, result.keep)
         )
-    mine = dp_pruning.repartition(local_batch, outcome)
+    mine = dp_pruning.repartition(local_batch, g, result.keep)
     offsets = [sum(sizes[:r]) for r in range(ctx.dp_size + 1)]
-    same = dp_pruning.repartition_kept(local_batch, outcome.keep, offsets)  # the trainer's entry point
+    same = dp_pruning.repartition_kept(local_batch, result.keep, offsets)  # the trainer's entry point
     assert torch.equal(same.input_ids, mine.input_ids) and torch.equal(same.advantages, mine.advantages)
     logged = dp_pruning.gather_for_logging(local.advantages)
     return {
         "dp_rank": ctx.dp_rank,
         "tp_rank": ctx.tp_rank,
-        "keep": outcome.keep,
-        "keep_local": outcome.keep_local,
+        "keep": result.keep,
+        "keep_local": result.keep[g.rows_of(ctx.dp_rank)],
         "input_ids": mine.input_ids,
         "lengths": mine.lengths,
         "advantages": mine.advantages,
