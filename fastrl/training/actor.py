@@ -12,9 +12,9 @@ One :meth:`Actor.update` is one optimizer step on one mini-batch (this DP rank's
    gradients over DP ranks; the loss handed to it is scaled by ``micro-batches x DP size`` to undo both
    (the DP size is the step geometry's, :attr:`fastrl.training.geometry.UpdatePlan.dp_size`, passed in).
 3. Gradients are reduced over DP (all-reduce, or reduce-scatter with the DistributedOptimizer),
-   clipped to the global norm, and megatron's Adam steps; the LR schedule moves to the update's
-   position (one unit per update of a step that makes them all,
-   :func:`fastrl.training.geometry.lr_positions`).
+   clipped to the global norm, and megatron's Adam steps; the LR schedule the actor is handed (the
+   train state's, :func:`build_lr_scheduler`) moves to the update's position (one unit per update
+   of a step that makes them all, :func:`fastrl.training.geometry.lr_positions`).
 """
 
 from __future__ import annotations
@@ -59,7 +59,12 @@ def build_optimizer(policy: MegatronPolicy, optimizer: OptimizerConfig, parallel
 
 
 def build_lr_scheduler(megatron_optimizer: Any, optimizer: OptimizerConfig, total_steps: int) -> Any:
-    """megatron-core's OptimizerParamScheduler: linear warm-up, then constant / linear / cosine decay.
+    """megatron-core's OptimizerParamScheduler: linear warm-up, then constant / linear / cosine decay,
+    over ``total_steps`` units (its horizon: RL steps x
+    :func:`~fastrl.training.geometry.updates_per_step_estimate`), setting the LR of
+    ``megatron_optimizer`` (the actor's). The trainer builds it for the train state
+    (:class:`~fastrl.checkpoint.train_state.TrainState`, which owns and saves it); the update hands
+    it to :meth:`Actor.step`.
 
     Built with ``override_opt_param_scheduler=True``: loading a checkpoint's scheduler state keeps
     only its step count, and the peak / minimum LR, warm-up, decay style, decay horizon and weight
@@ -94,8 +99,6 @@ class Actor:
         policy: built with ``trainable=True`` (megatron DDP).
         algorithm: loss type, clipping, KL and aggregation settings.
         optimizer / parallel / precision: optimizer, micro-batch size and dtype settings.
-        total_steps: units of the LR schedule (its horizon): RL steps x
-            :func:`~fastrl.training.geometry.updates_per_step_estimate`.
         temperature: sampling temperature of the rollouts (log-probs use the same).
 
     Attributes:
@@ -113,7 +116,6 @@ class Actor:
         optimizer: OptimizerConfig,
         parallel: ParallelConfig,
         precision: PrecisionConfig,
-        total_steps: int,
         temperature: float = 1.0,
     ) -> None:
         from megatron.core.distributed import finalize_model_grads
@@ -127,7 +129,6 @@ class Actor:
         self.temperature = temperature
         self.policy_version = 0
         self.optimizer = build_optimizer(policy, optimizer, parallel, precision)
-        self.scheduler = build_lr_scheduler(self.optimizer, optimizer, total_steps)
         config = policy.chunks[0].config
         config.finalize_model_grads_func = finalize_model_grads
         config.grad_scale_func = self.optimizer.scale_loss
@@ -321,8 +322,11 @@ class Actor:
     #: Optimizer updates skipped in a row by :meth:`step` (non-finite loss or gradient); 0 after an applied one.
     skipped_in_a_row: int = 0
 
-    def step(self, *, lr_position: int | float | None = None, loss: float | None = None) -> dict[str, float]:
-        """Clip the gradient norm, take the optimizer step and advance the LR schedule, unless the
+    def step(
+        self, *, scheduler: Any, lr_position: int | float | None = None, loss: float | None = None
+    ) -> dict[str, float]:
+        """Clip the gradient norm, take the optimizer step and advance the LR schedule ``scheduler``
+        (the train state's, :func:`build_lr_scheduler` over this actor's optimizer), unless the
         loss or a gradient is not finite: then the update is skipped (weights, Adam moments and the
         schedule unchanged; ``actor/update_skipped`` 1, :attr:`skipped_in_a_row` counts it), as
         megatron-LM skips an iteration whose gradients overflow. The check is this rank's ``loss``
@@ -348,10 +352,10 @@ class Actor:
         self.skipped_in_a_row = 0
         ok, grad_norm, _ = self.optimizer.step()
         if lr_position is None:
-            self.scheduler.step(increment=1)
+            scheduler.step(increment=1)
         else:
-            self.scheduler.num_steps = lr_position
-            self.scheduler.step(increment=0)
+            scheduler.num_steps = lr_position
+            scheduler.step(increment=0)
         return {
             "actor/grad_norm": float(grad_norm) if grad_norm is not None else float("nan"),
             "actor/lr": float(self.optimizer.param_groups[0]["lr"]),
@@ -359,14 +363,14 @@ class Actor:
         }
 
     def update(
-        self, batch: PolicyBatch, micro_sizes: list[int] | None = None, *, dp_size: int,
+        self, batch: PolicyBatch, micro_sizes: list[int] | None = None, *, dp_size: int, scheduler: Any,
         lr_position: int | float | None = None,
     ) -> dict[str, float]:
         """One optimizer step on this DP rank's share of a mini-batch; global metrics
-        (``dp_size``: :meth:`_forward_backward`; ``lr_position`` and the skip of a non-finite
-        update: :meth:`step`)."""
+        (``dp_size``: :meth:`_forward_backward`; ``scheduler``, ``lr_position`` and the skip of a
+        non-finite update: :meth:`step`)."""
         metrics = self.forward_backward(batch, micro_sizes, dp_size=dp_size)
-        metrics.update(self.step(lr_position=lr_position, loss=metrics.get("actor/loss")))
+        metrics.update(self.step(scheduler=scheduler, lr_position=lr_position, loss=metrics.get("actor/loss")))
         return metrics
 
 

@@ -157,7 +157,8 @@ def train_step(run: RunParts, state: TrainState, step: int) -> StepOutput:
             guard(metrics)
     with timer.phase("update"):                                              # 9. policy update
         m.update(update_policy(
-            batch, run.actor, plan, on_policy_rows=on_policy, guard=guard, engine_old=cfg.trainer.old_log_probs == "engine"
+            batch, run.actor, plan, scheduler=state.scheduler, on_policy_rows=on_policy, guard=guard,
+            engine_old=cfg.trainer.old_log_probs == "engine",
         ))
     release_cached_memory(ctx.device)                                        # GPU: the activation peak
     with timer.phase("refit"):                                               # weights -> engine

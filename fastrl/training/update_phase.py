@@ -114,11 +114,12 @@ def _passes(batch: PolicyBatch, chunks: list[Any], actor: "Actor", geometry: Ste
 
 
 def update_policy(
-    batch: PolicyBatch, actor: "Actor", plan: UpdatePlan, *, on_policy_rows: int = 0,
+    batch: PolicyBatch, actor: "Actor", plan: UpdatePlan, *, scheduler: Any, on_policy_rows: int = 0,
     guard: Callable[[Metrics], None] | None = None, engine_old: bool = False,
 ) -> Metrics:
     """``plan.passes`` passes over this rank's rows, one optimizer update per entry of
-    ``plan.update_rows`` (its micro-batch cut and LR position from the plan,
+    ``plan.update_rows`` (its micro-batch cut and LR position from the plan, the position set on
+    ``scheduler``, the train state's LR schedule,
     :func:`~fastrl.training.geometry.plan_update`; ``batch`` already in ``plan.row_order``);
     returns the mean of each update metric, ``actor/updates`` and the padded share of the
     update's computed tokens (``actor/padding_fraction``).
@@ -166,9 +167,9 @@ def update_policy(
                 out.update(mismatch)
                 if guard is not None:
                     guard(mismatch)
-                out.update(actor.step(lr_position=next(positions), loss=out.get("actor/loss")))
+                out.update(actor.step(scheduler=scheduler, lr_position=next(positions), loss=out.get("actor/loss")))
             else:
-                out = actor.update(part, micro_sizes=cut, lr_position=next(positions), dp_size=plan.dp_size)
+                out = actor.update(part, micro_sizes=cut, lr_position=next(positions), dp_size=plan.dp_size, scheduler=scheduler)
             if epoch == 0:
                 r, c = padded_token_share(
                     part.lengths, micro if micro is not None else _equal_cuts(size, actor.micro_batch_size),

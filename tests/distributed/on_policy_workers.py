@@ -21,7 +21,7 @@ def on_policy_worker(hf_dir: Path, update_rows: tuple[int, ...], passes: int) ->
     update's rows), plus a third run of the on-policy path whose guard raises."""
     from fastrl.distributed import parallel_state
     from fastrl.models.provider import build_policy
-    from fastrl.training.actor import Actor
+    from fastrl.training.actor import Actor, build_lr_scheduler
     from fastrl.training.geometry import UpdatePlan, step_geometry
     from fastrl.training.update_phase import add_log_probs, update_policy
 
@@ -47,8 +47,11 @@ def on_policy_worker(hf_dir: Path, update_rows: tuple[int, ...], passes: int) ->
         policy = build_policy(hf_dir, parallel=parallel, precision=PrecisionConfig(mode="fp32"), trainable=True)
         return Actor(
             policy, algorithm=algorithm, optimizer=OptimizerConfig(lr=1e-2, clip_grad=1.0, weight_decay=0.0),
-            parallel=parallel, precision=PrecisionConfig(mode="fp32"), total_steps=10,
+            parallel=parallel, precision=PrecisionConfig(mode="fp32"),
         )  # fmt: skip
+
+    def schedule(a: Actor) -> Any:
+        return build_lr_scheduler(a.optimizer, OptimizerConfig(lr=1e-2, clip_grad=1.0, weight_decay=0.0), 10)
 
     reference = build_policy(hf_dir, parallel=parallel, precision=PrecisionConfig(mode="fp32"), trainable=False)
 
@@ -64,7 +67,7 @@ def on_policy_worker(hf_dir: Path, update_rows: tuple[int, ...], passes: int) ->
         before = weights(a)
         prepared, pre_metrics = add_log_probs(batch, a, reference, geometry=geometry, phase=phase, old_from=old_from)
         seen: list[dict[str, float]] = []
-        metrics = update_policy(prepared, a, plan, on_policy_rows=old_from, guard=seen.append)
+        metrics = update_policy(prepared, a, plan, scheduler=schedule(a), on_policy_rows=old_from, guard=seen.append)
         out[name] = {
             "metrics": {**pre_metrics, **metrics}, "before": before, "after": weights(a), "guard_saw": seen,
             "old_before_update": prepared.old_log_probs,
@@ -78,7 +81,7 @@ def on_policy_worker(hf_dir: Path, update_rows: tuple[int, ...], passes: int) ->
         raise RuntimeError("mismatch guard")
 
     try:
-        update_policy(prepared, a, plan, on_policy_rows=update_rows[0], guard=refuse)
+        update_policy(prepared, a, plan, scheduler=schedule(a), on_policy_rows=update_rows[0], guard=refuse)
         out["guard_raised"] = False
     except RuntimeError:
         out["guard_raised"] = True

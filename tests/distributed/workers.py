@@ -158,7 +158,7 @@ def train_worker(hf_dir: Path, tp: int, pp: int, algorithm, *, distributed_optim
     from fastrl.config import OptimizerConfig
     from fastrl.distributed import parallel_state
     from fastrl.models.provider import build_policy, export_hf_weights
-    from fastrl.training.actor import Actor
+    from fastrl.training.actor import Actor, build_lr_scheduler
 
     parallel = ParallelConfig(
         tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, backend="gloo",
@@ -168,14 +168,15 @@ def train_worker(hf_dir: Path, tp: int, pp: int, algorithm, *, distributed_optim
     policy = build_policy(hf_dir, parallel=parallel, precision=PrecisionConfig(mode=precision), trainable=True)
     actor = Actor(
         policy, algorithm=algorithm, optimizer=OptimizerConfig(lr=1e-3, clip_grad=1.0, weight_decay=0.0),
-        parallel=parallel, precision=PrecisionConfig(mode=precision), total_steps=10,
+        parallel=parallel, precision=PrecisionConfig(mode=precision),
     )  # fmt: skip
     batch = make_train_batch(hf_dir)
     share = len(batch) // ctx.dp_size
     mine = batch.select(range(ctx.dp_rank * share, (ctx.dp_rank + 1) * share))
     metrics = actor.forward_backward(mine, dp_size=ctx.dp_size)
     if step:
-        metrics.update(actor.step())
+        scheduler = build_lr_scheduler(actor.optimizer, OptimizerConfig(lr=1e-3, clip_grad=1.0, weight_decay=0.0), 10)
+        metrics.update(actor.step(scheduler=scheduler))
     else:
         with torch.no_grad():
             for p in policy.parameters():
@@ -285,7 +286,7 @@ def bf16_and_reference_worker(hf_dir: Path) -> dict[str, Any]:
     from fastrl.distributed import parallel_state
     from fastrl.models.logprobs import compute_log_probs, mismatch_metrics
     from fastrl.models.provider import build_policy, offload_to_cpu, reload_to_device
-    from fastrl.training.actor import Actor
+    from fastrl.training.actor import Actor, build_lr_scheduler
 
     parallel = ParallelConfig(tensor_model_parallel_size=2, backend="gloo", micro_batch_size=2)
     ctx = parallel_state.initialize(parallel, seed=1)
@@ -294,14 +295,15 @@ def bf16_and_reference_worker(hf_dir: Path) -> dict[str, Any]:
     reference = build_policy(hf_dir, parallel=parallel, precision=PrecisionConfig(), trainable=False)
     actor = Actor(
         actor_policy, algorithm=AlgorithmConfig(), optimizer=OptimizerConfig(lr=1e-3),
-        parallel=parallel, precision=bf16, total_steps=4,
+        parallel=parallel, precision=bf16,
     )  # fmt: skip
     batch = make_train_batch(hf_dir)
     offload_to_cpu(reference)
     reload_to_device(reference, torch.device("cpu"))
     ref_lp = compute_log_probs(reference.chunks, batch, micro_batch_size=2)
     before = actor.log_probs(batch)
-    metrics = actor.update(batch.with_tensors(ref_log_probs=ref_lp), dp_size=ctx.dp_size)
+    scheduler = build_lr_scheduler(actor.optimizer, OptimizerConfig(lr=1e-3), 4)
+    metrics = actor.update(batch.with_tensors(ref_log_probs=ref_lp), dp_size=ctx.dp_size, scheduler=scheduler)
     after = actor.log_probs(batch)
     ref_after = compute_log_probs(reference.chunks, batch, micro_batch_size=2)
     return {

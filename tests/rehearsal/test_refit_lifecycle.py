@@ -445,7 +445,7 @@ def _run_step_tail(step_module, run, monkeypatch, stop):
     run.reference = None
     run.scorer = None
     state = types.SimpleNamespace(ars=None, sampler=types.SimpleNamespace(epochs_drawn=0.0), total_steps=3,
-                                  prompt_skipper=None, reward_health=types.SimpleNamespace(end_step=lambda *a, **k: {}))
+                                  scheduler=None, prompt_skipper=None, reward_health=types.SimpleNamespace(end_step=lambda *a, **k: {}))
     monkeypatch.setattr(step_module, "len", lambda x: 0, raising=False)
     del dataclasses
     with pytest.raises(stop):

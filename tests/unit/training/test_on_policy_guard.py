@@ -46,7 +46,7 @@ def test_the_guard_sees_the_trainer_rows_before_the_first_step(engine_old, expec
     actor, calls = _actor(0.2)
     seen = []
     plan = UpdatePlan(row_order=(0, 1, 2, 3), update_rows=(2, 2), micro_batches=((2,), (2,)), passes=1, lr_positions=(1, 2), dp_size=1)
-    update_policy(_batch(), actor, plan, on_policy_rows=2, engine_old=engine_old,
+    update_policy(_batch(), actor, plan, scheduler=None, on_policy_rows=2, engine_old=engine_old,
                   guard=lambda m: seen.append((m["mismatch/abs_diff_mean"], list(calls))))
     assert seen[0][0] == pytest.approx(expected)
     assert seen[0][1] == ["first"]  # measured after the first forward, before its optimizer step
@@ -61,5 +61,5 @@ def test_the_actor_takes_the_plans_dp_size():
     instead of ``plan.dp_size`` in ``fastrl/training/update_phase.py``)."""
     actor, calls = _actor(0.0)
     plan = UpdatePlan(row_order=(0, 1, 2, 3), update_rows=(2, 2), micro_batches=((2,), (2,)), passes=1, lr_positions=(1, 2), dp_size=4)
-    update_policy(_batch(), actor, plan, on_policy_rows=2)
+    update_policy(_batch(), actor, plan, scheduler=None, on_policy_rows=2)
     assert calls == ["first dp=4", "step", "later dp=4"]
