@@ -120,7 +120,7 @@ def update_policy(
     """``plan.passes`` passes over this rank's rows, one optimizer update per entry of
     ``plan.update_rows`` (its micro-batch cut and LR position from the plan, the position set on
     ``scheduler``, the train state's LR schedule,
-    :func:`~fastrl.training.geometry.plan_update`; ``batch`` already in ``plan.row_order``);
+    :meth:`~fastrl.training.geometry.StepGeometry.plan_update`; ``batch`` already in ``plan.row_order``);
     returns the mean of each update metric, ``actor/updates`` and the padded share of the
     update's computed tokens (``actor/padding_fraction``).
 
