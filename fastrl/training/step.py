@@ -80,7 +80,7 @@ def train_step(run: RunParts, state: TrainState, step: int) -> StepOutput:
         with timer.phase("gen"):                                             # 2. rollout
             drawn_before = state.sampler.epochs_drawn
             prompts = run.prompts.next_batch(
-                state.sampler, count, dp_size=ctx.dp_size, dp_rank=ctx.dp_rank, round_index=round_index
+                state.sampler, count, dp_size=geometry.dp_size, dp_rank=ctx.dp_rank, round_index=round_index
             )
             epochs += prompts.epochs_completed
             m.update(_check_epochs(state.sampler, drawn_before, cfg.trainer.epochs, step, round_index, ctx.is_logging_rank))

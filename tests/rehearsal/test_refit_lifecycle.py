@@ -427,7 +427,7 @@ def _run_step_tail(step_module, run, monkeypatch, stop):
     monkeypatch.setattr(step_module, "add_log_probs", lambda b, *a, **k: run.ctx.__dict__.setdefault("lp", 1) and (b, {}))
     monkeypatch.setattr(step_module, "check_rollout_mismatch", lambda *a, **k: None)
     plan = types.SimpleNamespace(row_order=(), update_rows=(0,))
-    monkeypatch.setattr(step_module, "step_geometry", lambda *a: types.SimpleNamespace(plan_update=lambda *a, **k: plan))
+    monkeypatch.setattr(step_module, "step_geometry", lambda *a: types.SimpleNamespace(dp_size=1, plan_update=lambda *a, **k: plan))
     cfg = types.SimpleNamespace(
         rollout=types.SimpleNamespace(mismatch_tolerance=1.0), parallel=types.SimpleNamespace(micro_batch_size=1),
         trainer=types.SimpleNamespace(epochs=1, micro_batch_tokens=0, old_log_probs="auto", group_by_length=True),
