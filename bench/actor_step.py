@@ -226,7 +226,7 @@ def measure(name: str, precision: str, args: argparse.Namespace, cache: Path) ->
     from fastrl.config import AlgorithmConfig, ConfigError, OptimizerConfig, ParallelConfig, PrecisionConfig
     from fastrl.models.logprobs import compute_log_probs
     from fastrl.models.provider import build_policy
-    from fastrl.training.actor import Actor
+    from fastrl.training.actor import Actor, build_lr_scheduler
     from fastrl.training.rollout_batch import sequence_multiple
 
     row: dict = {"model": name, "precision": precision}
@@ -242,8 +242,9 @@ def measure(name: str, precision: str, args: argparse.Namespace, cache: Path) ->
         torch.cuda.reset_peak_memory_stats()
     actor = Actor(
         policy, algorithm=AlgorithmConfig(kl_coef=0.0), optimizer=OptimizerConfig(lr=1e-6),
-        parallel=parallel, precision=prec, total_steps=args.repeats + 1,
+        parallel=parallel, precision=prec,
     )  # fmt: skip
+    scheduler = build_lr_scheduler(actor.optimizer, OptimizerConfig(lr=1e-6), args.repeats + 1)
     device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     batch = synthetic_batch(
         hf_dir, args.rollouts, args.prompt_len, args.response_len, device, image_size=args.image_size,
@@ -260,8 +261,8 @@ def measure(name: str, precision: str, args: argparse.Namespace, cache: Path) ->
         old = compute_log_probs(policy.chunks, batch, micro_batch_size=args.micro_batch)
         _sync()
         t1 = time.perf_counter()
-        actor.forward_backward(batch.with_tensors(old_log_probs=old))
-        metrics = actor.step()
+        actor.forward_backward(batch.with_tensors(old_log_probs=old), dp_size=1)  # one process
+        metrics = actor.step(scheduler=scheduler)
         _sync()
         t2 = time.perf_counter()
         if i:

@@ -373,7 +373,7 @@ def run_timeline(args: argparse.Namespace, cfg, hf_dir: Path, names: list[str], 
     from fastrl.models.logprobs import compute_log_probs
     from fastrl.models.provider import build_policy, export_hf_weights
     from fastrl.rollout.refit_transport import CudaIpcTransport
-    from fastrl.training.actor import Actor
+    from fastrl.training.actor import Actor, build_lr_scheduler
     from fastrl.training.update_phase import release_cached_memory
 
     plan = plans[cfg.checkpoint.optimizer_format]
@@ -393,8 +393,9 @@ def run_timeline(args: argparse.Namespace, cfg, hf_dir: Path, names: list[str], 
             actor_policy = policy(True)
             use_weight_names(actor_policy, names)  # the export's names (no weight files in hf_dir)
             s["actor"] = Actor(actor_policy, algorithm=cfg.algorithm, optimizer=cfg.optimizer, parallel=cfg.parallel,
-                               precision=cfg.precision, total_steps=10,
+                               precision=cfg.precision,
                                temperature=cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0)
+            s["scheduler"] = build_lr_scheduler(s["actor"].optimizer, cfg.optimizer, 10)
             s["reference"] = policy(False)
             s["engine"] = EngineStandIn(device.type, engine_sizes(plan, scale), fake_cuda=not cuda)
             s["engine"].call("start")
@@ -411,8 +412,9 @@ def run_timeline(args: argparse.Namespace, cfg, hf_dir: Path, names: list[str], 
 
         def update():
             actor = s["actor"]
-            metrics = actor.forward_backward(batch.with_tensors(old_log_probs=s.pop("old"), ref_log_probs=s.pop("ref")))
-            metrics.update(actor.step())
+            metrics = actor.forward_backward(batch.with_tensors(old_log_probs=s.pop("old"), ref_log_probs=s.pop("ref")),
+                                             dp_size=1)  # one process
+            metrics.update(actor.step(scheduler=s["scheduler"]))
             if not math.isfinite(metrics["actor/loss"]):
                 raise FloatingPointError(f"the update's loss is {metrics['actor/loss']}")
             return {k: metrics[k] for k in ("actor/loss", "actor/grad_norm")}

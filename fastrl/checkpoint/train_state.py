@@ -23,7 +23,10 @@ class TrainState:
     Attributes:
         sampler: the resumable prompt sampler (:class:`fastrl.data.ResumableSampler`).
         ars: the adaptive rollout sampler (:class:`fastrl.algorithms.adaptive_sampling.AdaptiveRolloutSampler`).
-        scheduler: the actor's learning-rate scheduler (megatron ``OptimizerParamScheduler``).
+        scheduler: the run's learning-rate schedule (megatron ``OptimizerParamScheduler`` over the
+            actor's optimizer, built by the trainer: ``fastrl.training.actor.build_lr_scheduler``).
+            The state owns it (saved as ``scheduler``); the policy update hands it to the actor,
+            which sets each update's position on it.
         total_steps: steps of the whole run.
         step: steps completed.
         best_val: best validation accuracy so far (None before the first validation).

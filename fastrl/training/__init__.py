@@ -19,5 +19,5 @@ Map (one job per module):
 - ``generation.py``, ``scoring.py``, ``prune_phase.py``, ``update_phase.py``: the phases.
 - ``geometry.py`` (``pruner.py``): the update geometry and the pruner dispatch.
 - ``loop.py``: validation, metrics, checkpoints, stage limits and stop signals around the step.
-- ``actor.py``: the megatron-core actor (optimizer, scheduler, loss, update).
+- ``actor.py``: the megatron-core actor (optimizer, loss, update); ``build_lr_scheduler``, the train state's LR schedule.
 """

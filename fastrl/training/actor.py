@@ -9,11 +9,12 @@ One :meth:`Actor.update` is one optimizer step on one mini-batch (this DP rank's
    (:mod:`fastrl.algorithms.losses`), so the losses of all micro-batches of all DP ranks add up to the
    mini-batch loss, whatever the layout. Without pipeline parallelism each micro-batch runs at its
    own longest row (:func:`fastrl.models.logprobs.fit_micro_batches`). megatron averages micro-batch losses over micro-batches and
-   gradients over DP ranks; the loss handed to it is scaled by ``micro-batches x DP size`` to undo both.
+   gradients over DP ranks; the loss handed to it is scaled by ``micro-batches x DP size`` to undo both
+   (the DP size is the step geometry's, :attr:`fastrl.training.geometry.UpdatePlan.dp_size`, passed in).
 3. Gradients are reduced over DP (all-reduce, or reduce-scatter with the DistributedOptimizer),
-   clipped to the global norm, and megatron's Adam steps; the LR schedule moves to the update's
-   position (one unit per update of a step that makes them all,
-   :func:`fastrl.training.geometry.lr_positions`).
+   clipped to the global norm, and megatron's Adam steps; the LR schedule the actor is handed (the
+   train state's, :func:`build_lr_scheduler`) moves to the update's position (one unit per update
+   of a step that makes them all, :func:`fastrl.training.geometry.lr_positions`).
 """
 
 from __future__ import annotations
@@ -58,7 +59,12 @@ def build_optimizer(policy: MegatronPolicy, optimizer: OptimizerConfig, parallel
 
 
 def build_lr_scheduler(megatron_optimizer: Any, optimizer: OptimizerConfig, total_steps: int) -> Any:
-    """megatron-core's OptimizerParamScheduler: linear warm-up, then constant / linear / cosine decay.
+    """megatron-core's OptimizerParamScheduler: linear warm-up, then constant / linear / cosine decay,
+    over ``total_steps`` units (its horizon: RL steps x
+    :func:`~fastrl.training.geometry.updates_per_step_estimate`), setting the LR of
+    ``megatron_optimizer`` (the actor's). The trainer builds it for the train state
+    (:class:`~fastrl.checkpoint.train_state.TrainState`, which owns and saves it); the update hands
+    it to :meth:`Actor.step`.
 
     Built with ``override_opt_param_scheduler=True``: loading a checkpoint's scheduler state keeps
     only its step count, and the peak / minimum LR, warm-up, decay style, decay horizon and weight
@@ -93,8 +99,6 @@ class Actor:
         policy: built with ``trainable=True`` (megatron DDP).
         algorithm: loss type, clipping, KL and aggregation settings.
         optimizer / parallel / precision: optimizer, micro-batch size and dtype settings.
-        total_steps: units of the LR schedule (its horizon): RL steps x
-            :func:`~fastrl.training.geometry.updates_per_step_estimate`.
         temperature: sampling temperature of the rollouts (log-probs use the same).
 
     Attributes:
@@ -112,7 +116,6 @@ class Actor:
         optimizer: OptimizerConfig,
         parallel: ParallelConfig,
         precision: PrecisionConfig,
-        total_steps: int,
         temperature: float = 1.0,
     ) -> None:
         from megatron.core.distributed import finalize_model_grads
@@ -126,7 +129,6 @@ class Actor:
         self.temperature = temperature
         self.policy_version = 0
         self.optimizer = build_optimizer(policy, optimizer, parallel, precision)
-        self.scheduler = build_lr_scheduler(self.optimizer, optimizer, total_steps)
         config = policy.chunks[0].config
         config.finalize_model_grads_func = finalize_model_grads
         config.grad_scale_func = self.optimizer.scale_loss
@@ -214,13 +216,13 @@ class Actor:
         in the denominator as in the KL sum; :func:`~fastrl.algorithms.losses.loss_denominator`)."""
         return loss_denominator(batch.response_mask, self.agg_mode, row_weights=batch.kl_weights)
 
-    def forward_backward(self, batch: PolicyBatch, micro_sizes: list[int] | None = None) -> dict[str, float]:
+    def forward_backward(self, batch: PolicyBatch, micro_sizes: list[int] | None = None, *, dp_size: int) -> dict[str, float]:
         """Gradients of the mini-batch loss, reduced over DP, in the DDP grad buffers (no step).
         See :meth:`_forward_backward` (with the batch's own ``old_log_probs``)."""
-        return self._forward_backward(batch, micro_sizes, on_policy=False)[0]
+        return self._forward_backward(batch, micro_sizes, on_policy=False, dp_size=dp_size)[0]
 
     def forward_backward_on_policy(
-        self, batch: PolicyBatch, micro_sizes: list[int] | None = None
+        self, batch: PolicyBatch, micro_sizes: list[int] | None = None, *, dp_size: int
     ) -> tuple[dict[str, float], torch.Tensor]:
         """:meth:`forward_backward` of an on-policy mini-batch (the weights being updated generated
         its rows): the old log-probs are the detached log-probs of this forward pass
@@ -228,11 +230,11 @@ class Actor:
         outside ``batch.response_mask``, as :func:`~fastrl.models.logprobs.compute_log_probs`
         gives them) on every pipeline stage, for the later passes over these rows and the
         engine/trainer mismatch guard."""
-        metrics, captured = self._forward_backward(batch, micro_sizes, on_policy=True)
+        metrics, captured = self._forward_backward(batch, micro_sizes, on_policy=True, dp_size=dp_size)
         return metrics, cast(torch.Tensor, captured)
 
     def _forward_backward(
-        self, batch: PolicyBatch, micro_sizes: list[int] | None, *, on_policy: bool
+        self, batch: PolicyBatch, micro_sizes: list[int] | None, *, on_policy: bool, dp_size: int
     ) -> tuple[dict[str, float], torch.Tensor | None]:
         """Gradients of the mini-batch loss, reduced over DP, in the DDP grad buffers (no step).
 
@@ -241,6 +243,10 @@ class Actor:
         pipeline parallelism). None: micro-batches of ``parallel.micro_batch_size``. The loss of
         each micro-batch is its token sum over the global denominator, so the gradient is the same
         for every cut (``tests/distributed/test_split_invariance.py``).
+
+        ``dp_size``: the data-parallel ranks running this update alike (the step geometry's,
+        :attr:`~fastrl.training.geometry.UpdatePlan.dp_size`): megatron averages the gradients
+        over them, and the loss handed to it is scaled by it to undo that average.
 
         Returns:
             The metrics: ``actor/loss`` (the global mini-batch loss, identical on every rank of the
@@ -253,6 +259,8 @@ class Actor:
         """
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
+        if dp_size < 1:
+            raise ValueError(f"dp_size must be >= 1, got {dp_size}")
         chunks = self.policy.chunks
         for chunk in chunks:
             chunk.train()
@@ -271,7 +279,7 @@ class Actor:
         global_den = collectives.all_reduce_sum_dp(self.local_denominator(batch))  # the one DP reduction before the loss
         if float(global_den) <= 0:
             raise ValueError("the mini-batch has no response tokens on any DP rank")
-        scale = len(micro_batches) * collectives.dp_size()
+        scale = len(micro_batches) * dp_size
         captured: list[torch.Tensor] = []
         t = batch.seq_length
 
@@ -291,14 +299,14 @@ class Actor:
             micro_batch_size=len(micro_batches[0]),  # unused without pipeline parallelism
             forward_only=False,
         )
-        metrics = self._reduce_metrics(outputs)
+        metrics = self._reduce_metrics(outputs, dp_size)
         if not on_policy:
             return metrics, None
         device = batch.input_ids.device
         local = torch.cat(captured).to(device) if collectives.pipeline_is_last_stage() else None
         return metrics, collectives.broadcast_from_last_pipeline_stage(local, (len(batch), t), torch.float32, device)
 
-    def _reduce_metrics(self, outputs: list[dict[str, torch.Tensor]]) -> dict[str, float]:
+    def _reduce_metrics(self, outputs: list[dict[str, torch.Tensor]], dp: int) -> dict[str, float]:
         sums = {"actor/loss", "actor/pg_loss", "actor/kl_loss"}  # shares of the mini-batch loss: add up
 
         def on_last_stage() -> dict[str, float]:  # the last pipeline stage holds the loss outputs
@@ -310,14 +318,16 @@ class Actor:
         local = collectives.computed_on_last_pipeline_stage(on_last_stage, what="the update's loss metrics")
         keys = sorted(local)
         values = collectives.all_reduce_sum_dp(torch.tensor([local[k] for k in keys], dtype=torch.float64))
-        dp = collectives.dp_size()
         return {k: float(v) if k in sums else float(v) / dp for k, v in zip(keys, values)}
 
     #: Optimizer updates skipped in a row by :meth:`step` (non-finite loss or gradient); 0 after an applied one.
     skipped_in_a_row: int = 0
 
-    def step(self, *, lr_position: int | float | None = None, loss: float | None = None) -> dict[str, float]:
-        """Clip the gradient norm, take the optimizer step and advance the LR schedule, unless the
+    def step(
+        self, *, scheduler: Any, lr_position: int | float | None = None, loss: float | None = None
+    ) -> dict[str, float]:
+        """Clip the gradient norm, take the optimizer step and advance the LR schedule ``scheduler``
+        (the train state's, :func:`build_lr_scheduler` over this actor's optimizer), unless the
         loss or a gradient is not finite: then the update is skipped (weights, Adam moments and the
         schedule unchanged; ``actor/update_skipped`` 1, :attr:`skipped_in_a_row` counts it), as
         megatron-LM skips an iteration whose gradients overflow. The check is this rank's ``loss``
@@ -343,10 +353,10 @@ class Actor:
         self.skipped_in_a_row = 0
         ok, grad_norm, _ = self.optimizer.step()
         if lr_position is None:
-            self.scheduler.step(increment=1)
+            scheduler.step(increment=1)
         else:
-            self.scheduler.num_steps = lr_position
-            self.scheduler.step(increment=0)
+            scheduler.num_steps = lr_position
+            scheduler.step(increment=0)
         return {
             "actor/grad_norm": float(grad_norm) if grad_norm is not None else float("nan"),
             "actor/lr": float(self.optimizer.param_groups[0]["lr"]),
@@ -354,12 +364,14 @@ class Actor:
         }
 
     def update(
-        self, batch: PolicyBatch, micro_sizes: list[int] | None = None, *, lr_position: int | float | None = None
+        self, batch: PolicyBatch, micro_sizes: list[int] | None = None, *, dp_size: int, scheduler: Any,
+        lr_position: int | float | None = None,
     ) -> dict[str, float]:
         """One optimizer step on this DP rank's share of a mini-batch; global metrics
-        (``lr_position`` and the skip of a non-finite update: :meth:`step`)."""
-        metrics = self.forward_backward(batch, micro_sizes)
-        metrics.update(self.step(lr_position=lr_position, loss=metrics.get("actor/loss")))
+        (``dp_size``: :meth:`_forward_backward`; ``scheduler``, ``lr_position`` and the skip of a
+        non-finite update: :meth:`step`)."""
+        metrics = self.forward_backward(batch, micro_sizes, dp_size=dp_size)
+        metrics.update(self.step(scheduler=scheduler, lr_position=lr_position, loss=metrics.get("actor/loss")))
         return metrics
 
 

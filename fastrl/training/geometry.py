@@ -1,13 +1,13 @@
 """The update geometry: how a step's kept rollouts are cut into mini-batches and micro-batches.
 
-One place for every rule (see docs/parallelism.md, "Micro-batches and the loss"), and the two
-values a step computes once from them and every later phase reads: :class:`KeptGeometry` (what
-the kept count must satisfy, :func:`kept_geometry`, read by the pruning phase) and
-:class:`UpdatePlan` (this rank's updates, micro-batch cuts and LR positions, :func:`plan_update`,
-read by the update phase):
+One place for every rule (see docs/parallelism.md, "Micro-batches and the loss"), and the one
+value a step computes from them once and every later phase reads: :class:`StepGeometry`
+(:func:`step_geometry`: the data-parallel size, what the kept count must satisfy, the cuts of the
+old / reference log-prob passes, and what builds this rank's :class:`UpdatePlan` of updates,
+micro-batch cuts and LR positions, :meth:`StepGeometry.plan_update`):
 
-- every DP rank trains on whole micro-batches of ``parallel.micro_batch_size`` rollouts, so the
-  kept count is a multiple of ``dp_size x micro_batch_size`` (:func:`kept_unit`);
+- every DP rank trains on whole micro-batches of ``parallel.micro_batch_size`` rollouts where
+  micro-batches must be equal, so the kept count is a multiple of :func:`kept_unit`;
 - MDAP's Phase-2 refill rounds the kept count up to :func:`refill_multiple` (the actor mini-batch
   in rollouts, ``trainer.mini_batch_prompts x n``, and whole micro-batches; spec 2.3);
 - what refill could not round (no pruning, a short DAPO batch) is trimmed by
@@ -25,7 +25,7 @@ Two geometries (``pruning.refill_to``; docs/algorithm.md, "Update geometry"):
 - ``"mini_batch"`` (the reference implementation and the paper): the rules above. Pruning is
   quantized: with 32 prompts x 8 and mini-batches of 16 prompts the kept count is 128 or 256.
 - ``"free"`` (default): the kept count is rounded only to what data parallelism needs
-  (:func:`kept_multiple`: dp_size, or dp_size x micro_batch_size with pipeline parallelism);
+  (:func:`kept_unit`: dp_size, or dp_size x micro_batch_size with pipeline parallelism);
   each step makes a fixed number of optimizer updates, :func:`updates_per_pass` per
   ``ppo_epochs`` pass (prompts_per_step / mini_batch_prompts, as an unpruned step), each over an
   equal share of the kept rollouts (:func:`update_shares`), cut into micro-batches by a token
@@ -48,6 +48,14 @@ import torch
 from fastrl.algorithms import pruning as P
 from fastrl.config import RunConfig
 
+#: Rows of one old / reference log-prob micro-batch cut by a token budget
+#: (``trainer.micro_batch_tokens``), per row of an update micro-batch (``parallel.micro_batch_size``):
+#: the log-prob passes run forward only, keeping no activations for a backward pass, so one of their
+#: micro-batches may hold this many times the rows of an update's; the cap bounds what one forward
+#: materializes (its float32 logits, ``rows x T x vocabulary``) when the rollouts are short and many
+#: fit the token budget. :attr:`StepGeometry.log_prob_max_rows`.
+LOG_PROB_MICRO_BATCH_FACTOR = 8
+
 
 def free_geometry(cfg: RunConfig) -> bool:
     """True for ``pruning.refill_to='free'`` (the kept count is not quantized by the mini-batch)."""
@@ -60,53 +68,25 @@ def equal_micro_batches(cfg: RunConfig) -> bool:
     return cfg.equal_micro_batches
 
 
-def kept_multiple(cfg: RunConfig, dp_size: int) -> int:
-    """What the kept count must be a multiple of in the free geometry: ``dp_size`` (every rank the
-    same count), ``dp_size x micro_batch_size`` when micro-batches must be equal."""
-    return dp_size * cfg.parallel.micro_batch_size if equal_micro_batches(cfg) else dp_size
-
-
 def kept_unit(cfg: RunConfig, dp_size: int) -> int:
     """The kept count is trimmed to a multiple of this, and padded up to it when fewer are kept:
     one micro-batch of ``parallel.micro_batch_size`` rollouts per DP rank where micro-batches must
     be equal (the mini-batch geometry, pipeline parallelism), one rollout per DP rank otherwise
-    (the free geometry's :func:`kept_multiple`)."""
-    if free_geometry(cfg):
-        return kept_multiple(cfg, dp_size)
-    return dp_size * cfg.parallel.micro_batch_size
+    (every rank the same count). In the free geometry it is also the Phase-2 refill multiple."""
+    return dp_size * cfg.parallel.micro_batch_size if equal_micro_batches(cfg) else dp_size
 
 
 def refill_multiple(cfg: RunConfig, dp_size: int, n: int) -> int:
     """Phase-2 refill multiple at group size ``n`` (:meth:`RunConfig.update_multiple`); in the
-    free geometry only :func:`kept_multiple` (Phase 2 adds at most ``multiple - 1`` rollouts)."""
+    free geometry only :func:`kept_unit` (Phase 2 adds at most ``unit - 1`` rollouts)."""
     if free_geometry(cfg):
-        return kept_multiple(cfg, dp_size)
+        return kept_unit(cfg, dp_size)
     return cfg.update_multiple(dp_size, n=n)
 
 
 @dataclass(frozen=True)
-class KeptGeometry:
-    """What a step's kept count must satisfy (computed once per step, :func:`kept_geometry`).
-
-    Attributes:
-        refill_multiple: MDAP's Phase-2 refill rounds the kept count up to a multiple of this
-            (:func:`refill_multiple`).
-        unit: the kept count is trimmed to a multiple of this, or padded up to it when fewer are
-            kept (:func:`kept_unit`, :func:`fit_to_micro_batches`).
-    """
-
-    refill_multiple: int
-    unit: int
-
-
-def kept_geometry(cfg: RunConfig, dp_size: int, n: int) -> KeptGeometry:
-    """The :class:`KeptGeometry` of a step at group size ``n`` on ``dp_size`` DP ranks."""
-    return KeptGeometry(refill_multiple=refill_multiple(cfg, dp_size, n), unit=kept_unit(cfg, dp_size))
-
-
-@dataclass(frozen=True)
 class UpdatePlan:
-    """One DP rank's policy update of one step (computed once, :func:`plan_update`).
+    """One DP rank's policy update of one step (computed once, :meth:`StepGeometry.plan_update`).
 
     Attributes:
         row_order: the rank's rows in the order the updates consume them (indices into the rank's
@@ -125,6 +105,8 @@ class UpdatePlan:
         passes: ``algorithm.ppo_epochs`` passes over the rows.
         lr_positions: the LR-schedule position of each update, in order (``passes x
             len(update_rows)`` of them, :func:`lr_positions`).
+        dp_size: the DP ranks that run this plan alike (:attr:`StepGeometry.dp_size`; the actor
+            undoes megatron's average of the losses and gradients over them).
     """
 
     row_order: tuple[int, ...]
@@ -132,6 +114,7 @@ class UpdatePlan:
     micro_batches: tuple[tuple[int, ...] | None, ...]
     passes: int
     lr_positions: tuple[int | float, ...]
+    dp_size: int
 
     @property
     def updates(self) -> int:
@@ -139,40 +122,136 @@ class UpdatePlan:
         return self.passes * len(self.update_rows)
 
 
-def plan_update(cfg: RunConfig, lengths: list[int] | torch.Tensor, *, n: int, dp_size: int, step: int) -> UpdatePlan:
-    """The :class:`UpdatePlan` of a rank holding rows of ``lengths`` tokens (prompt + response) at
-    RL step ``step`` (1-based), group size ``n``, ``dp_size`` DP ranks.
+@dataclass(frozen=True, kw_only=True)
+class StepGeometry:
+    """The one value that decides a step's cuts and its data-parallel size (:func:`step_geometry`,
+    computed once per step at the step's group size): the pruning phase reads the kept-count rules,
+    the DP pruning bookkeeping and the re-partition its ``dp_size``, the old / reference log-prob
+    passes their cut (:meth:`log_prob_cut`), and the update its :class:`UpdatePlan`
+    (:meth:`plan_update`), which hands ``dp_size`` on to the actor.
 
-    Mini-batch geometry: one optimizer update per mini-batch (:func:`mini_batch_sizes`),
-    micro-batches of ``parallel.micro_batch_size``. Free geometry: :func:`updates_per_pass`
-    updates per pass over equal shares (:func:`update_shares`), each cut into micro-batches by
-    ``trainer.micro_batch_tokens`` (:func:`token_micro_batches`) unless micro-batches must be equal.
-    The LR positions share the step's ``updates_per_step_estimate`` units (:func:`lr_positions`).
-    Within each update the rows are grouped by length (:attr:`UpdatePlan.row_order`) unless
-    ``trainer.group_by_length`` is off.
+    Attributes:
+        dp_size: data-parallel ranks (each holds its own rollouts; TP / PP peers share them).
+        n: rollouts per prompt this step (ARS's group size).
+        refill_multiple: MDAP's Phase-2 refill rounds the kept count up to a multiple of this
+            (:func:`refill_multiple`).
+        kept_unit: the kept count is trimmed to a multiple of this, or padded up to it when fewer
+            are kept (:func:`kept_unit`, :func:`fit_to_micro_batches`).
+        micro_batch_size: rows of an update micro-batch (``parallel.micro_batch_size``); the
+            largest one of a token budget.
+        equal_micro_batches: every micro-batch holds ``micro_batch_size`` rows (the mini-batch
+            geometry, pipeline parallelism; :attr:`RunConfig.equal_micro_batches`).
+        micro_batch_tokens: token budget of a micro-batch (``trainer.micro_batch_tokens``), 0 for
+            micro-batches of ``micro_batch_size`` rows; always 0 with equal micro-batches.
+        log_prob_max_rows: rows of one old / reference log-prob micro-batch cut by the token
+            budget, at most (``micro_batch_size x`` :data:`LOG_PROB_MICRO_BATCH_FACTOR`).
+        updates_per_pass: optimizer updates per pass in the free geometry
+            (:func:`updates_per_pass`); None in the mini-batch geometry.
+        mini_batch_rows: rows of one optimizer update on one rank in the mini-batch geometry
+            (:func:`rank_mini_batch_rows`); None in the free geometry.
+        passes: ``algorithm.ppo_epochs``.
+        lr_units_per_step: LR-schedule units per RL step (:func:`updates_per_step_estimate`).
+        group_by_length: ``trainer.group_by_length``.
 
     Raises:
-        ValueError: no rows, ``step < 1``, or rows that do not split into whole micro-batches.
+        ValueError: a size below 1, a token budget with equal micro-batches, or not exactly one of
+            ``updates_per_pass`` / ``mini_batch_rows``.
     """
-    raw = [int(x) for x in (lengths.tolist() if isinstance(lengths, torch.Tensor) else lengths)]
+
+    dp_size: int
+    n: int
+    refill_multiple: int
+    kept_unit: int
+    micro_batch_size: int
+    equal_micro_batches: bool
+    micro_batch_tokens: int
+    log_prob_max_rows: int
+    updates_per_pass: int | None
+    mini_batch_rows: int | None
+    passes: int
+    lr_units_per_step: int
+    group_by_length: bool
+
+    def __post_init__(self) -> None:
+        for name in ("dp_size", "n", "refill_multiple", "kept_unit", "micro_batch_size", "log_prob_max_rows",
+                     "passes", "lr_units_per_step"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"StepGeometry.{name} must be >= 1, got {getattr(self, name)}")
+        if self.micro_batch_tokens < 0 or (self.equal_micro_batches and self.micro_batch_tokens):
+            raise ValueError(
+                f"StepGeometry.micro_batch_tokens={self.micro_batch_tokens}: must be >= 0, and 0 with equal micro-batches"
+            )
+        if (self.updates_per_pass is None) == (self.mini_batch_rows is None):
+            raise ValueError("StepGeometry needs exactly one of updates_per_pass (free) and mini_batch_rows (mini-batch)")
+        for name in ("updates_per_pass", "mini_batch_rows"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"StepGeometry.{name} must be >= 1 or None, got {getattr(self, name)}")
+
+    def log_prob_cut(self, lengths: list[int] | torch.Tensor) -> list[int] | None:
+        """Rows of each consecutive micro-batch of an old / reference log-prob pass over rows of
+        ``lengths`` tokens (in the order given): a token budget of ``micro_batch_tokens``, at most
+        ``log_prob_max_rows`` rows each (:func:`token_micro_batches`); None without a token budget
+        (micro-batches of ``micro_batch_size`` rows, the batch padded to a whole number of them)."""
+        if self.micro_batch_tokens <= 0:
+            return None
+        return token_micro_batches(lengths, self.micro_batch_tokens, self.log_prob_max_rows)
+
+    def plan_update(self, lengths: list[int] | torch.Tensor, *, step: int) -> UpdatePlan:
+        """The :class:`UpdatePlan` of a rank holding rows of ``lengths`` tokens (prompt + response) at
+        RL step ``step`` (1-based).
+
+        Mini-batch geometry: one optimizer update per mini-batch (:func:`mini_batch_sizes`),
+        micro-batches of ``micro_batch_size``. Free geometry: ``updates_per_pass`` updates per pass
+        over equal shares (:func:`update_shares`), each cut into micro-batches by
+        ``micro_batch_tokens`` (:func:`token_micro_batches`) unless micro-batches must be equal.
+        The LR positions share the step's ``lr_units_per_step`` units (:func:`lr_positions`).
+        Within each update the rows are grouped by length (:attr:`UpdatePlan.row_order`) unless
+        ``group_by_length`` is off.
+
+        Raises:
+            ValueError: no rows, ``step < 1``, or rows that do not split into whole micro-batches.
+        """
+        raw = [int(x) for x in (lengths.tolist() if isinstance(lengths, torch.Tensor) else lengths)]
+        mbs = self.micro_batch_size
+        if self.updates_per_pass is not None:
+            per = update_shares(len(raw), self.updates_per_pass, mbs if self.equal_micro_batches else 1)
+        else:
+            per = mini_batch_sizes(len(raw), self.mini_batch_rows, mbs)
+        order = length_grouped_order(raw, per) if self.group_by_length else list(range(len(raw)))
+        lens = [raw[i] for i in order]
+        micro: list[tuple[int, ...] | None] = []
+        start = 0
+        for size in per:
+            cut = None if self.equal_micro_batches else token_micro_batches(lens[start : start + size], self.micro_batch_tokens, mbs)
+            micro.append(None if cut is None else tuple(cut))
+            start += size
+        positions = lr_positions(step, len(per) * self.passes, self.lr_units_per_step)
+        return UpdatePlan(
+            row_order=tuple(order), update_rows=tuple(per), micro_batches=tuple(micro), passes=self.passes,
+            lr_positions=tuple(positions), dp_size=self.dp_size,
+        )
+
+
+def step_geometry(cfg: RunConfig, dp_size: int, n: int) -> StepGeometry:
+    """The :class:`StepGeometry` of a step at group size ``n`` on ``dp_size`` DP ranks.
+
+    Raises:
+        ValueError: ``dp_size`` or ``n`` below 1.
+    """
+    if dp_size < 1 or n < 1:
+        raise ValueError(f"a step geometry needs dp_size >= 1 and n >= 1, got dp_size={dp_size}, n={n}")
+    equal = equal_micro_batches(cfg)
+    free = free_geometry(cfg)
     mbs = cfg.parallel.micro_batch_size
-    if free_geometry(cfg):
-        per = update_shares(len(raw), updates_per_pass(cfg), mbs if equal_micro_batches(cfg) else 1)
-    else:
-        per = mini_batch_sizes(len(raw), rank_mini_batch_rows(cfg, dp_size, n), mbs)
-    order = length_grouped_order(raw, per) if cfg.trainer.group_by_length else list(range(len(raw)))
-    lens = [raw[i] for i in order]
-    micro: list[tuple[int, ...] | None] = []
-    start = 0
-    for size in per:
-        cut = None if equal_micro_batches(cfg) else token_micro_batches(lens[start : start + size], cfg.trainer.micro_batch_tokens, mbs)
-        micro.append(None if cut is None else tuple(cut))
-        start += size
-    passes = cfg.algorithm.ppo_epochs
-    positions = lr_positions(step, len(per) * passes, updates_per_step_estimate(cfg))
-    return UpdatePlan(
-        row_order=tuple(order), update_rows=tuple(per), micro_batches=tuple(micro), passes=passes,
-        lr_positions=tuple(positions),
+    return StepGeometry(
+        dp_size=dp_size, n=n, refill_multiple=refill_multiple(cfg, dp_size, n), kept_unit=kept_unit(cfg, dp_size),
+        micro_batch_size=mbs, equal_micro_batches=equal,
+        micro_batch_tokens=0 if equal else cfg.trainer.micro_batch_tokens,
+        log_prob_max_rows=mbs * LOG_PROB_MICRO_BATCH_FACTOR,
+        updates_per_pass=updates_per_pass(cfg) if free else None,
+        mini_batch_rows=None if free else rank_mini_batch_rows(cfg, dp_size, n),
+        passes=cfg.algorithm.ppo_epochs, lr_units_per_step=updates_per_step_estimate(cfg),
+        group_by_length=cfg.trainer.group_by_length,
     )
 
 

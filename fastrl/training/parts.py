@@ -12,7 +12,6 @@ import torch
 from fastrl.config import RunConfig
 from fastrl.data import Record
 from fastrl.distributed.parallel_state import ParallelContext
-from fastrl.training.geometry import updates_per_step_estimate
 from fastrl.training.prompting import PromptSource
 from fastrl.training.run_data import RunData, load_run_data
 from fastrl.training.timers import PhaseTimer
@@ -34,7 +33,7 @@ class RunParts:
         policy_dir: the Hugging Face directory the run started from.
         prompts: the training prompts (records, chat rendering).
         val: the validation records.
-        actor: the trainable megatron-core policy with its optimizer and LR scheduler.
+        actor: the trainable megatron-core policy with its optimizer (the LR schedule is the train state's).
         reference: the frozen reference policy (KL), or None.
         engine: the rollout engine (:class:`fastrl.rollout.engine.RolloutEngine`) on the first rank
             of each model-parallel group; an :class:`~fastrl.training.engine_placement.EnginelessPeer`
@@ -123,7 +122,6 @@ def build_parts(cfg: RunConfig, ctx: ParallelContext, run_dir: Path, data: RunDa
     alg, ro = cfg.algorithm, cfg.rollout
     actor = Actor(
         policy(True), algorithm=alg, optimizer=cfg.optimizer, parallel=cfg.parallel, precision=cfg.precision,
-        total_steps=total_steps(cfg, len(train)) * updates_per_step_estimate(cfg),
         temperature=ro.temperature if ro.temperature > 0 else 1.0,
     )
     reference = policy(False) if (alg.use_kl_loss and alg.kl_coef > 0 or alg.kl_in_reward) else None

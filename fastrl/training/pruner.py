@@ -52,6 +52,7 @@ def select_rollouts(
     *,
     multiple: int,
     generator: torch.Generator,
+    response_lengths: torch.Tensor | None = None,
 ) -> P.PruneResult:
     """Run ``cfg.method`` on the global batch.
 
@@ -61,8 +62,11 @@ def select_rollouts(
         multiple: the kept count is refilled to a multiple of this (spec 2.3).
         generator: seeded generator of the random, advantage-only, matched-ratio random and
             budget-stratified pruners.
+        response_lengths: int64 [N] response tokens (the trainer's count, :func:`select_step`);
+            None: the responses' own lengths (``L_i``, or the sketch's recorded lengths).
     """
-    return _select(cfg, advantages, group_ids, responses, multiple=multiple, generator=generator)[0]
+    lengths = _lengths(responses) if response_lengths is None else response_lengths
+    return _select(cfg, advantages, group_ids, responses, lengths, multiple=multiple, generator=generator)[0]
 
 
 @dataclass(frozen=True)
@@ -96,16 +100,19 @@ def select_step(
     group_ids: torch.Tensor,
     responses: Sequence[torch.Tensor] | ResponseSketch,
     *,
+    response_lengths: torch.Tensor,
     multiple: int,
     generator: torch.Generator,
 ) -> StepSelection:
     """:func:`select_rollouts`, with ``pruning.drop_uniform_groups``: the uniform groups are
     removed first, the selector runs on the other groups, and
     :func:`~fastrl.algorithms.zero_advantage.merge_uniform_drop` adds the KL sample and refills on
-    the whole batch. Arguments as :func:`select_rollouts`.
+    the whole batch. Arguments as :func:`select_rollouts`; ``response_lengths`` (int64 [N], the
+    trainer's one count of the response tokens) is required.
     """
+    lengths = response_lengths
     if not cfg.drop_uniform_groups:
-        result, clusters, m = _select(cfg, advantages, group_ids, responses, multiple=multiple, generator=generator)
+        result, clusters, m = _select(cfg, advantages, group_ids, responses, lengths, multiple=multiple, generator=generator)
         return StepSelection(result, None, clusters, m)
     n = int(advantages.shape[0])
     uniform = zero_advantage_groups(advantages, group_ids)
@@ -115,14 +122,13 @@ def select_step(
     if mixed.size:
         idx = torch.from_numpy(mixed)
         sub, sub_clusters, m = _select(
-            cfg, advantages[idx], group_ids[idx], _rows(responses, mixed), multiple=1, generator=generator
+            cfg, advantages[idx], group_ids[idx], _rows(responses, mixed), lengths[idx], multiple=1, generator=generator
         )
         mixed_keep[mixed] = sub.keep.numpy()
         buckets = sub.num_buckets
         if sub_clusters is not None:
             clusters = np.arange(n)
             clusters[mixed] = mixed[sub_clusters]
-    lengths = _lengths(responses)
     result, kl_weights = merge_uniform_drop(
         advantages, group_ids, mixed_keep, kl=cfg.zero_adv_kl, generator=generator,
         num_samples=cfg.zero_adv_kl_samples, num_buckets=buckets, multiple=multiple, refill=cfg.refill,
@@ -143,6 +149,7 @@ def select_step(
 
 
 def _lengths(responses: Sequence[torch.Tensor] | ResponseSketch) -> torch.Tensor:
+    """int64 [N]: the responses' own lengths (only for :func:`select_rollouts` without lengths)."""
     if isinstance(responses, ResponseSketch):
         return torch.as_tensor(responses.to_tensors()[1], dtype=torch.long)
     return torch.tensor([int(r.numel()) for r in responses], dtype=torch.long)
@@ -153,13 +160,13 @@ def _select(
     advantages: torch.Tensor,
     group_ids: torch.Tensor,
     responses: Sequence[torch.Tensor] | ResponseSketch,
+    lengths: torch.Tensor,
     *,
     multiple: int,
     generator: torch.Generator,
 ) -> tuple[P.PruneResult, np.ndarray | None, dict[str, float]]:
-    """``cfg.method`` on the batch: the result, the near-duplicate clusters (budget_stratified) and
-    their counts."""
-    lengths = _lengths(responses)
+    """``cfg.method`` on the batch (``lengths``: int64 [N] response tokens): the result, the
+    near-duplicate clusters (budget_stratified) and their counts."""
     common = dict(multiple=multiple, refill=cfg.refill, allow_padding=cfg.allow_padding)
     if cfg.method in ("none", "greso"):  # greso skips prompts before generation; trains on every rollout
         return keep_all(group_ids, lengths), None, {}

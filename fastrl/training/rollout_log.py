@@ -44,15 +44,14 @@ def rollout_records(step: int, scored: AdvantagedRollouts, outcome: PruneOutcome
     Raises:
         ValueError: the outcome does not describe ``len(scored)`` rollouts of ``dp_rank``.
     """
-    inputs = outcome.dp.inputs
-    mine = inputs.owners == dp_rank
+    mine = outcome.inputs.rows_of(dp_rank)
     if int(mine.sum()) != len(scored):
         raise ValueError(
             f"step {step}: the pruning outcome holds {int(mine.sum())} rollouts of DP rank {dp_rank}, "
             f"the rank scored {len(scored)}"
         )
-    phase1 = outcome.selection[mine].tolist() if outcome.selection is not None else [None] * len(scored)
-    kept = outcome.dp.keep_local
+    phase1 = outcome.rule_keep[mine].tolist() if outcome.rule_keep is not None else [None] * len(scored)
+    kept = outcome.keep[mine]
     weights = outcome.weights[mine] if outcome.weights is not None else torch.ones(len(scored))
     r = scored.rollouts
     return [

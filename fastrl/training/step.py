@@ -30,7 +30,7 @@ from fastrl.batch import PolicyBatch
 from fastrl.checkpoint.train_state import TrainState
 from fastrl.data import ResumableSampler
 from fastrl.training.generation import generate, group_size, prompts_this_step, sleep_engine
-from fastrl.training.geometry import equal_micro_batches, kept_geometry, plan_update
+from fastrl.training.geometry import step_geometry
 from fastrl.training.parts import RunParts
 from fastrl.training.prompt_skip import record_rewards, skip_prompts
 from fastrl.training.prune_phase import prune, repartition_kept
@@ -70,6 +70,7 @@ def train_step(run: RunParts, state: TrainState, step: int) -> StepOutput:
     cfg, ctx, timer = run.cfg, run.ctx, run.timer
     m: dict[str, float] = {}
     n = group_size(cfg, state.ars)                                           # 1. ARS group size
+    geometry = step_geometry(cfg, ctx.dp_size, n)                            # DP size, kept count, cuts
     count = prompts_this_step(cfg.rollout, n)
     epochs = 0
     skipper = state.prompt_skipper                                           # pruning.method='greso'
@@ -79,7 +80,7 @@ def train_step(run: RunParts, state: TrainState, step: int) -> StepOutput:
         with timer.phase("gen"):                                             # 2. rollout
             drawn_before = state.sampler.epochs_drawn
             prompts = run.prompts.next_batch(
-                state.sampler, count, dp_size=ctx.dp_size, dp_rank=ctx.dp_rank, round_index=round_index
+                state.sampler, count, dp_size=geometry.dp_size, dp_rank=ctx.dp_rank, round_index=round_index
             )
             epochs += prompts.epochs_completed
             m.update(_check_epochs(state.sampler, drawn_before, cfg.trainer.epochs, step, round_index, ctx.is_logging_rank))
@@ -114,16 +115,11 @@ def train_step(run: RunParts, state: TrainState, step: int) -> StepOutput:
     m.update(metrics)
     sleep_engine(run.engine)                                                 # generation done: free the GPU
     m.update(state.reward_health.end_step(step, final=step >= state.total_steps))  # invalid rewards: stop?
-    mbs = cfg.parallel.micro_batch_size
-    lp_tokens = 0 if equal_micro_batches(cfg) else cfg.trainer.micro_batch_tokens  # token-budget old/ref passes
     early = cfg.logprobs_before_pruning
     tolerance_note = f" ('auto' for precision.mode={cfg.precision.mode})" if cfg.rollout.mismatch_tolerance == "auto" else ""
     if early:                                                                # old/ref on the full batch,
         batch = policy_batch(scored)                                         # before the advantages
-        batch, metrics = add_log_probs(
-            batch, run.actor, run.reference, micro_batch_size=mbs, phase=timer.phase, micro_batch_tokens=lp_tokens,
-            group_by_length=cfg.trainer.group_by_length,
-        )
+        batch, metrics = add_log_probs(batch, run.actor, run.reference, geometry=geometry, phase=timer.phase)
         m.update(metrics)
         check_rollout_mismatch(metrics, tolerance=cfg.mismatch_tolerance, step=step, setting=tolerance_note)
         rewards = None
@@ -138,13 +134,13 @@ def train_step(run: RunParts, state: TrainState, step: int) -> StepOutput:
         m.update(metrics)
         batch = policy_batch(advantaged)
     with timer.phase("prune"):                                               # 5-7. DP-global pruning,
-        outcome, metrics = prune(cfg, advantaged, batch, step=step, geometry=kept_geometry(cfg, ctx.dp_size, n))
+        outcome, metrics = prune(cfg, advantaged, batch, step=step, geometry=geometry)
         m.update(metrics)
         batch, metrics = repartition_kept(batch, outcome)                    # refill, re-partition over DP
         m.update(metrics)
     logged = tuple(rollout_records(step, advantaged, outcome, dp_rank=ctx.dp_rank)) if (
         due(cfg.logging.rollouts_every, step) and writes_rollouts(ctx)) else ()
-    plan = plan_update(cfg, batch.lengths, n=n, dp_size=ctx.dp_size, step=step)  # updates, cuts, LR
+    plan = geometry.plan_update(batch.lengths, step=step)                   # updates, cuts, LR
     batch = batch.select(plan.row_order)                                     # rows grouped by length
     on_policy = plan.update_rows[0] if cfg.on_policy_first_update else 0    # its own forward: old log-probs
 
@@ -153,15 +149,16 @@ def train_step(run: RunParts, state: TrainState, step: int) -> StepOutput:
 
     if not early:                                                            # 8. old/ref on kept rows
         batch, metrics = add_log_probs(
-            batch, run.actor, run.reference, micro_batch_size=mbs, phase=timer.phase, micro_batch_tokens=lp_tokens,
-            old_from=on_policy, engine_old=cfg.trainer.old_log_probs == "engine", group_by_length=cfg.trainer.group_by_length,
+            batch, run.actor, run.reference, geometry=geometry, phase=timer.phase, old_from=on_policy,
+            engine_old=cfg.trainer.old_log_probs == "engine",
         )
         m.update(metrics)
         if not on_policy:
             guard(metrics)
     with timer.phase("update"):                                              # 9. policy update
         m.update(update_policy(
-            batch, run.actor, plan, on_policy_rows=on_policy, guard=guard, engine_old=cfg.trainer.old_log_probs == "engine"
+            batch, run.actor, plan, scheduler=state.scheduler, on_policy_rows=on_policy, guard=guard,
+            engine_old=cfg.trainer.old_log_probs == "engine",
         ))
     release_cached_memory(ctx.device)                                        # GPU: the activation peak
     with timer.phase("refit"):                                               # weights -> engine

@@ -3,8 +3,9 @@
 Parts (:mod:`fastrl.training.parts`): data and prompts, the policy directory the recipe chose,
 the actor and the frozen reference policy (megatron-core), the rollout engine, the reward scorer.
 State (:class:`~fastrl.checkpoint.train_state.TrainState`): step, data sampler, adaptive rollout
-sampler, LR scheduler, best validation, train time, invalid-reward counts, the GRESO skipper's
-history; owned by the loop, saved by the checkpoint code. The parts hold no run state. :func:`fastrl.training.step.train_step` is the step.
+sampler, LR scheduler (built here over the actor's optimizer; the update hands it to the actor),
+best validation, train time, invalid-reward counts, the GRESO skipper's history; owned by the
+loop, saved by the checkpoint code. The parts hold no run state. :func:`fastrl.training.step.train_step` is the step.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from fastrl.config import RunConfig
 from fastrl.data import ResumableSampler
 from fastrl.distributed.parallel_state import ParallelContext
 from fastrl.training.eval_plan import log_evaluation_plan
+from fastrl.training.geometry import updates_per_step_estimate
 from fastrl.training.parts import RunParts, build_parts, total_steps
 from fastrl.training.prompt_skip import build_prompt_skipper
 from fastrl.training.reward_health import RewardHealth
@@ -60,12 +62,17 @@ class Trainer:
         except BaseException:
             self.stop.uninstall()
             raise
+        from fastrl.training.actor import build_lr_scheduler
+
         records = self.parts.prompts.records
+        steps = total_steps(config, len(records))
         self.state = TrainState(
             sampler=ResumableSampler(len(records), seed=config.data.shuffle_seed),
             ars=AdaptiveRolloutSampler(config.rollout.n, n_min=config.adaptive_sampling.n_min),
-            scheduler=self.parts.actor.scheduler,
-            total_steps=total_steps(config, len(records)),
+            scheduler=build_lr_scheduler(
+                self.parts.actor.optimizer, config.optimizer, steps * updates_per_step_estimate(config)
+            ),
+            total_steps=steps,
             data_fingerprint=records_fingerprint((r.question_id, r.problem, r.answer) for r in records),
             images_fingerprint=images_fingerprint(r.images for r in records),
             reward_health=RewardHealth(config.reward),

@@ -10,7 +10,7 @@ from fastrl.distributed import collectives
 from fastrl.distributed.dp_pruning import concat_batches
 from fastrl.models import logprobs as lp_ops
 from fastrl.models.provider import export_hf_weights
-from fastrl.training.geometry import UpdatePlan, padded_token_share, token_micro_batches
+from fastrl.training.geometry import StepGeometry, UpdatePlan, padded_token_share
 from fastrl.training.rollout_batch import padding_rows
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -23,8 +23,8 @@ Phase = Callable[[str], ContextManager[Any]]
 
 
 def add_log_probs(
-    batch: PolicyBatch, actor: "Actor", reference: "MegatronPolicy | None", *, micro_batch_size: int, phase: Phase,
-    micro_batch_tokens: int = 0, old_from: int = 0, engine_old: bool = False, group_by_length: bool = True,
+    batch: PolicyBatch, actor: "Actor", reference: "MegatronPolicy | None", *, geometry: StepGeometry, phase: Phase,
+    old_from: int = 0, engine_old: bool = False,
 ) -> tuple[PolicyBatch, Metrics]:
     """``batch`` with ``old_log_probs`` (and ``ref_log_probs`` when there is a reference policy),
     float32 [N, T]: a new batch, ``batch`` is unchanged; metrics: the engine/trainer log-prob
@@ -38,16 +38,18 @@ def add_log_probs(
     ``engine_old``: rows ``old_from:`` take the engine's log-probs (``trainer.old_log_probs='engine'``)
     instead of the old-policy pass.
 
-    ``group_by_length`` (``trainer.group_by_length``): the passes run with the rows sorted by
+    The passes are cut by the step's ``geometry``
+    (:class:`~fastrl.training.geometry.StepGeometry`). ``geometry.group_by_length``
+    (``trainer.group_by_length``): the passes run with the rows sorted by
     length, longest first, and the results are put back in the batch's order, so the
     micro-batches hold rows of similar length (little padding; exact: a row's log-probs do not
     depend on its micro-batch). ``N`` need not be a multiple of
-    ``micro_batch_size`` (the full batch before pruning, e.g. after DAPO's filter): the forward
+    ``geometry.micro_batch_size`` (the full batch before pruning, e.g. after DAPO's filter): the forward
     passes run on the batch padded with zero-weight copies of row 0
     (:func:`~fastrl.training.rollout_batch.padding_rows`), whose log-probs are dropped.
-    ``micro_batch_tokens > 0`` (free geometry, no pipeline parallelism): the passes run over
-    micro-batches of at most that many tokens instead, no padding
-    (:func:`~fastrl.training.geometry.token_micro_batches`).
+    ``geometry.micro_batch_tokens > 0`` (free geometry, no pipeline parallelism): the passes run over
+    micro-batches of at most that many tokens and ``geometry.log_prob_max_rows`` rows instead, no
+    padding (:meth:`~fastrl.training.geometry.StepGeometry.log_prob_cut`).
 
     Raises:
         ValueError: no engine log-probs on the batch, or ``old_from`` outside ``[0, N]``.
@@ -62,15 +64,12 @@ def add_log_probs(
     added: dict[str, Any] = {}
     if reference is not None:
         with phase("ref"):
-            added["ref_log_probs"] = _passes(batch, reference.chunks, actor, micro_batch_size, micro_batch_tokens, group_by_length)
+            added["ref_log_probs"] = _passes(batch, reference.chunks, actor, geometry)
     if engine_old:
         later = batch.engine_log_probs[old_from:].clone()
     elif old_from < n:
         with phase("old"):
-            later = _passes(
-                batch.select(range(old_from, n)), actor.policy.chunks, actor, micro_batch_size, micro_batch_tokens,
-                group_by_length,
-            )
+            later = _passes(batch.select(range(old_from, n)), actor.policy.chunks, actor, geometry)
     else:
         later = batch.engine_log_probs[n:].clone()  # no rows
     head = torch.full((old_from, batch.seq_length), float("nan"), dtype=torch.float32, device=later.device)
@@ -81,23 +80,23 @@ def add_log_probs(
     return out, lp_ops.reduce_mismatch_metrics(lp_ops.mismatch_metrics(later, batch.engine_log_probs, batch.response_mask))
 
 
-def _passes(
-    batch: PolicyBatch, chunks: list[Any], actor: "Actor", micro_batch_size: int, micro_batch_tokens: int,
-    group_by_length: bool,
-) -> Any:
+def _passes(batch: PolicyBatch, chunks: list[Any], actor: "Actor", geometry: StepGeometry) -> Any:
     """float32 [N, T] log-probs of ``batch`` under ``chunks`` (the actor's or the reference's), the
-    rows run sorted by length (longest first; ``group_by_length``) and returned in the batch's order."""
+    rows run sorted by length (longest first; ``geometry.group_by_length``), cut by ``geometry``
+    (:meth:`~fastrl.training.geometry.StepGeometry.log_prob_cut`) and returned in the batch's order."""
     import torch
 
     n = len(batch)
     lengths = batch.lengths.tolist()
-    order = sorted(range(n), key=lambda i: -lengths[i]) if group_by_length else list(range(n))
+    order = sorted(range(n), key=lambda i: -lengths[i]) if geometry.group_by_length else list(range(n))
     inverse = torch.empty(n, dtype=torch.long)
     inverse[torch.tensor(order, dtype=torch.long)] = torch.arange(n)
     rows = batch.select(order)
-    if micro_batch_tokens > 0:
+    micro_batch_size = geometry.micro_batch_size
+    cut = geometry.log_prob_cut(rows.lengths)
+    if cut is not None:
         outs, start = [], 0
-        for size in token_micro_batches(rows.lengths, micro_batch_tokens, micro_batch_size * 8):
+        for size in cut:
             outs.append(lp_ops.compute_log_probs(
                 chunks, rows.select(range(start, start + size)), micro_batch_size=size,
                 temperature=actor.temperature, sequence_multiple=actor.sequence_multiple,
@@ -115,12 +114,13 @@ def _passes(
 
 
 def update_policy(
-    batch: PolicyBatch, actor: "Actor", plan: UpdatePlan, *, on_policy_rows: int = 0,
+    batch: PolicyBatch, actor: "Actor", plan: UpdatePlan, *, scheduler: Any, on_policy_rows: int = 0,
     guard: Callable[[Metrics], None] | None = None, engine_old: bool = False,
 ) -> Metrics:
     """``plan.passes`` passes over this rank's rows, one optimizer update per entry of
-    ``plan.update_rows`` (its micro-batch cut and LR position from the plan,
-    :func:`~fastrl.training.geometry.plan_update`; ``batch`` already in ``plan.row_order``);
+    ``plan.update_rows`` (its micro-batch cut and LR position from the plan, the position set on
+    ``scheduler``, the train state's LR schedule,
+    :meth:`~fastrl.training.geometry.StepGeometry.plan_update`; ``batch`` already in ``plan.row_order``);
     returns the mean of each update metric, ``actor/updates`` and the padded share of the
     update's computed tokens (``actor/padding_fraction``).
 
@@ -137,7 +137,7 @@ def update_policy(
 
     Every DP rank must run the same number of updates (the gradient all-reduce); the kept count is
     a multiple of dp_size, so every rank holds the same number of rows and plans the same updates
-    (and the same LR positions).
+    (and the same LR positions). The actor takes the plan's ``dp_size`` (the step geometry's).
 
     Raises:
         ValueError: the plan's rows are not the batch's, or ``on_policy_rows`` is neither 0 nor the
@@ -158,7 +158,7 @@ def update_policy(
             part = batch.select(range(start, start + size))
             cut = None if micro is None else list(micro)
             if epoch == 0 and start == 0 and on_policy_rows:
-                out, old = actor.forward_backward_on_policy(part, cut)
+                out, old = actor.forward_backward_on_policy(part, cut, dp_size=plan.dp_size)
                 batch = batch.with_tensors(old_log_probs=torch.cat([old.to(batch.old_log_probs.device), batch.old_log_probs[size:]]))
                 measured = size if engine_old else len(batch)  # rows whose old log-probs are the trainer's
                 mismatch = lp_ops.reduce_mismatch_metrics(lp_ops.mismatch_metrics(
@@ -167,9 +167,9 @@ def update_policy(
                 out.update(mismatch)
                 if guard is not None:
                     guard(mismatch)
-                out.update(actor.step(lr_position=next(positions), loss=out.get("actor/loss")))
+                out.update(actor.step(scheduler=scheduler, lr_position=next(positions), loss=out.get("actor/loss")))
             else:
-                out = actor.update(part, micro_sizes=cut, lr_position=next(positions))
+                out = actor.update(part, micro_sizes=cut, lr_position=next(positions), dp_size=plan.dp_size, scheduler=scheduler)
             if epoch == 0:
                 r, c = padded_token_share(
                     part.lengths, micro if micro is not None else _equal_cuts(size, actor.micro_batch_size),

@@ -55,7 +55,7 @@ def pruning_config():
 def budget_worker(groups_of_rank: list[list[int]]) -> dict[str, Any]:
     """Prune this rank's groups with the whole DP group and return what it trains on."""
     from fastrl.distributed import parallel_state
-    from fastrl.training.geometry import kept_geometry
+    from fastrl.training.geometry import step_geometry
     from fastrl.training.prune_phase import prune, repartition_kept
     from fastrl.training.rollout_batch import to_policy_batch
 
@@ -63,14 +63,14 @@ def budget_worker(groups_of_rank: list[list[int]]) -> dict[str, Any]:
     cfg = pruning_config()
     scored = scored_rollouts(groups_of_rank[ctx.dp_rank])
     batch = to_policy_batch(scored, range(len(scored)), pad_token_id=0)
-    outcome, metrics = prune(cfg, scored, batch, step=3, geometry=kept_geometry(cfg, ctx.dp_size, 4))
+    outcome, metrics = prune(cfg, scored, batch, step=3, geometry=step_geometry(cfg, ctx.dp_size, 4))
     mine, _ = repartition_kept(batch, outcome)
     return {
         "dp_rank": ctx.dp_rank,
-        "keep": outcome.dp.keep,
-        "selection": outcome.selection,
-        "group_ids": outcome.dp.inputs.group_ids,
-        "local_index": outcome.dp.inputs.local_index,
+        "keep": outcome.keep,
+        "selection": outcome.rule_keep,
+        "group_ids": outcome.inputs.group_ids,
+        "local_index": outcome.inputs.local_index,
         "input_ids": mine.input_ids,
         "advantages": mine.advantages,
         "kl_weights": mine.kl_weights,

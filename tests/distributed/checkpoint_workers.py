@@ -29,7 +29,7 @@ def fully_parallel_save_worker(hf_dir: Path, out: Path) -> dict[str, Any]:
     from fastrl.compat.megatron_optimizer import ensure_optimizer_state
     from fastrl.distributed import parallel_state
     from fastrl.models.provider import build_policy, export_hf_weights
-    from fastrl.training.actor import Actor
+    from fastrl.training.actor import Actor, build_lr_scheduler
 
     parallel = ParallelConfig(backend="gloo", use_distributed_optimizer=True, micro_batch_size=1)
     ctx = parallel_state.initialize(parallel, seed=1)
@@ -38,14 +38,14 @@ def fully_parallel_save_worker(hf_dir: Path, out: Path) -> dict[str, Any]:
         policy = build_policy(hf_dir, parallel=parallel, precision=PrecisionConfig(mode="fp32"), trainable=True)
         return Actor(
             policy, algorithm=AlgorithmConfig(), optimizer=OptimizerConfig(lr=1e-3, clip_grad=1.0, weight_decay=0.0),
-            parallel=parallel, precision=PrecisionConfig(mode="fp32"), total_steps=10,
+            parallel=parallel, precision=PrecisionConfig(mode="fp32"),
         )  # fmt: skip
 
     trained = actor()
     batch = make_train_batch(hf_dir)
     share = len(batch) // ctx.dp_size
-    trained.forward_backward(batch.select(range(ctx.dp_rank * share, (ctx.dp_rank + 1) * share)))
-    trained.step()
+    trained.forward_backward(batch.select(range(ctx.dp_rank * share, (ctx.dp_rank + 1) * share)), dp_size=ctx.dp_size)
+    trained.step(scheduler=build_lr_scheduler(trained.optimizer, OptimizerConfig(lr=1e-3, clip_grad=1.0, weight_decay=0.0), 10))
     saves = {"spread": ctx.dp_group, "rank0": None}
     for name, group in saves.items():
         (out / name).mkdir(parents=True, exist_ok=True)  # the trainer's CheckpointIO makes it, as here

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from workers import hf_log_probs, make_batch
 
-from fastrl.config import AlgorithmConfig, OptimizerConfig, ParallelConfig, PrecisionConfig
+from fastrl.config import AlgorithmConfig, OptimizerConfig, ParallelConfig, PrecisionConfig, RunConfig
 
 
 def on_policy_worker(hf_dir: Path, update_rows: tuple[int, ...], passes: int) -> dict[str, Any]:
@@ -21,8 +21,8 @@ def on_policy_worker(hf_dir: Path, update_rows: tuple[int, ...], passes: int) ->
     update's rows), plus a third run of the on-policy path whose guard raises."""
     from fastrl.distributed import parallel_state
     from fastrl.models.provider import build_policy
-    from fastrl.training.actor import Actor
-    from fastrl.training.geometry import UpdatePlan
+    from fastrl.training.actor import Actor, build_lr_scheduler
+    from fastrl.training.geometry import UpdatePlan, step_geometry
     from fastrl.training.update_phase import add_log_probs, update_policy
 
     parallel = ParallelConfig(backend="gloo", micro_batch_size=2)
@@ -39,15 +39,19 @@ def on_policy_worker(hf_dir: Path, update_rows: tuple[int, ...], passes: int) ->
     )
     plan = UpdatePlan(
         row_order=tuple(range(n)), update_rows=update_rows, micro_batches=tuple((2,) * (k // 2) for k in update_rows),
-        passes=passes, lr_positions=tuple(range(1, passes * len(update_rows) + 1)),
+        passes=passes, lr_positions=tuple(range(1, passes * len(update_rows) + 1)), dp_size=1,
     )
+    geometry = step_geometry(RunConfig(parallel=parallel), 1, n)  # the log-prob passes: micro-batches of 2 rows
 
     def actor() -> Actor:
         policy = build_policy(hf_dir, parallel=parallel, precision=PrecisionConfig(mode="fp32"), trainable=True)
         return Actor(
             policy, algorithm=algorithm, optimizer=OptimizerConfig(lr=1e-2, clip_grad=1.0, weight_decay=0.0),
-            parallel=parallel, precision=PrecisionConfig(mode="fp32"), total_steps=10,
+            parallel=parallel, precision=PrecisionConfig(mode="fp32"),
         )  # fmt: skip
+
+    def schedule(a: Actor) -> Any:
+        return build_lr_scheduler(a.optimizer, OptimizerConfig(lr=1e-2, clip_grad=1.0, weight_decay=0.0), 10)
 
     reference = build_policy(hf_dir, parallel=parallel, precision=PrecisionConfig(mode="fp32"), trainable=False)
 
@@ -61,9 +65,9 @@ def on_policy_worker(hf_dir: Path, update_rows: tuple[int, ...], passes: int) ->
     for name, old_from in (("recompute", 0), ("auto", update_rows[0])):
         a = actor()
         before = weights(a)
-        prepared, pre_metrics = add_log_probs(batch, a, reference, micro_batch_size=2, phase=phase, old_from=old_from)
+        prepared, pre_metrics = add_log_probs(batch, a, reference, geometry=geometry, phase=phase, old_from=old_from)
         seen: list[dict[str, float]] = []
-        metrics = update_policy(prepared, a, plan, on_policy_rows=old_from, guard=seen.append)
+        metrics = update_policy(prepared, a, plan, scheduler=schedule(a), on_policy_rows=old_from, guard=seen.append)
         out[name] = {
             "metrics": {**pre_metrics, **metrics}, "before": before, "after": weights(a), "guard_saw": seen,
             "old_before_update": prepared.old_log_probs,
@@ -71,13 +75,13 @@ def on_policy_worker(hf_dir: Path, update_rows: tuple[int, ...], passes: int) ->
 
     a = actor()
     before = weights(a)
-    prepared, _ = add_log_probs(batch, a, reference, micro_batch_size=2, phase=phase, old_from=update_rows[0])
+    prepared, _ = add_log_probs(batch, a, reference, geometry=geometry, phase=phase, old_from=update_rows[0])
 
     def refuse(metrics: dict[str, float]) -> None:
         raise RuntimeError("mismatch guard")
 
     try:
-        update_policy(prepared, a, plan, on_policy_rows=update_rows[0], guard=refuse)
+        update_policy(prepared, a, plan, scheduler=schedule(a), on_policy_rows=update_rows[0], guard=refuse)
         out["guard_raised"] = False
     except RuntimeError:
         out["guard_raised"] = True

@@ -10,6 +10,7 @@ from fastrl.config import ParallelConfig
 def padded_repartition_worker(sizes: list[int], padding: int) -> dict[str, Any]:
     """Keep every rollout of a :func:`workers.make_rollouts` batch split ``sizes`` over the DP
     ranks, add ``padding`` zero-weight rows and re-partition (the trainer's short-DAPO path)."""
+    import torch
     from workers import make_rollouts
 
     from fastrl.distributed import dp_pruning, parallel_state
@@ -23,10 +24,11 @@ def padded_repartition_worker(sizes: list[int], padding: int) -> dict[str, Any]:
     local_batch = batch.select(rows)
     local = dp_pruning.LocalPruningInputs(
         group_ids=group_ids[rows], advantages=advantages[rows], lengths=local_batch.lengths,
-        responses=[responses[i] for i in rows],
+        response_lengths=torch.tensor([len(responses[i]) for i in rows]), responses=[responses[i] for i in rows],
     )  # fmt: skip
-    outcome = dp_pruning.dp_global_prune(local, lambda g: keep_all(g.group_ids, g.lengths))
-    mine, _ = repartition_kept(local_batch, PruneOutcome(outcome, outcome.result, None, padding=padding))
+    inputs, result = dp_pruning.dp_global_prune(local, lambda g: keep_all(g.group_ids, g.response_lengths), dp_size=ctx.dp_size)
+    mine, _ = repartition_kept(local_batch, PruneOutcome(
+        inputs=inputs, keep=result.keep, kept_per_group=result.kept_per_group, padding=padding))
     return {
         "dp_rank": ctx.dp_rank,
         "input_ids": mine.input_ids,

@@ -23,12 +23,12 @@ def split_worker(hf_dir: Path, algorithm, splits: list[list[int] | None], n: int
     policy = build_policy(hf_dir, parallel=parallel, precision=PrecisionConfig(mode="fp32"), trainable=True)
     actor = Actor(
         policy, algorithm=algorithm, optimizer=OptimizerConfig(lr=1e-3, clip_grad=1.0, weight_decay=0.0),
-        parallel=parallel, precision=PrecisionConfig(mode="fp32"), total_steps=10,
+        parallel=parallel, precision=PrecisionConfig(mode="fp32"),
     )  # fmt: skip
     batch = make_train_batch(hf_dir, n=n)
     out = []
     for sizes in splits:
-        metrics = actor.forward_backward(batch, sizes)
+        metrics = actor.forward_backward(batch, sizes, dp_size=1)
         grads = {name: p.main_grad.detach().clone() for name, p in policy.chunks[0].named_parameters()}
         out.append({"loss": metrics["actor/loss"], "grads": grads})
     return {"results": out}

@@ -51,7 +51,7 @@ def dp_step_worker(distributed: bool) -> dict[str, Any]:
     from fastrl.distributed import collectives
     from fastrl.rollout.engine import PromptInputs, RolloutPrompt, Rollouts
     from fastrl.training.actor import Actor
-    from fastrl.training.geometry import kept_geometry
+    from fastrl.training.geometry import step_geometry
     from fastrl.training.prompting import PromptSource
     from fastrl.training.prune_phase import prune, repartition_kept
     from fastrl.training.rollout_batch import to_policy_batch
@@ -82,7 +82,10 @@ def dp_step_worker(distributed: bool) -> dict[str, Any]:
     scored, _ = score(_Scorer(), prompts, rollouts, cfg)
     advantaged, adv_metrics = compute_advantages(scored, cfg.algorithm, step=1)
     batch = to_policy_batch(advantaged, range(len(names)), pad_token_id=0)
-    outcome, metrics = prune(cfg, advantaged, batch, step=1, geometry=kept_geometry(cfg, 2, N))
+    geometry = step_geometry(cfg, dp_size, N)
+    if not distributed:  # the DP=2 run's kept-count rules, so that both runs keep alike
+        geometry = dataclasses.replace(geometry, refill_multiple=2, kept_unit=2)
+    outcome, metrics = prune(cfg, advantaged, batch, step=1, geometry=geometry)
     kept, _ = repartition_kept(batch, outcome)
     # the loss of the kept rows under log-probs that depend on each row's tokens only
     old = kept.engine_log_probs.float()
@@ -96,7 +99,7 @@ def dp_step_worker(distributed: bool) -> dict[str, Any]:
     trained = sorted((tuple(row[m].tolist()), round(float(a), 6))
                      for row, m, a in zip(kept.input_ids, kept.response_mask, kept.advantages))
     return {
-        "kept": sorted(n for n, k in zip(names, outcome.dp.keep_local.tolist()) if k),
+        "kept": sorted(n for n, k in zip(names, outcome.keep[outcome.inputs.rows_of(dp_rank)].tolist()) if k),
         "advantages": {n: float(a) for n, a in zip(names, advantaged.advantages)},
         "trained": trained,
         "metrics": {**metrics, **adv_metrics},

@@ -23,7 +23,8 @@ def test_budget_rule_and_kl_sample_over_two_dp_ranks():
     cfg = pruning_config().pruning
     scored = scored_rollouts(list(range(8)))
     one = select_step(cfg, scored.advantages.float(), scored.group_ids, list(scored.rollouts.response_token_ids),
-                      multiple=2, generator=torch.Generator().manual_seed(derive_seed(cfg.seed, 3)))
+                      response_lengths=scored.response_lengths, multiple=2,
+                      generator=torch.Generator().manual_seed(derive_seed(cfg.seed, 3)))
     want = {(int(g), i % 4): bool(k) for i, (g, k) in enumerate(zip(scored.group_ids, one.result.keep))}
     for r in two:
         got = {(int(g), int(i) % 4): bool(k) for g, i, k in zip(r["group_ids"], r["local_index"], r["keep"])}

@@ -158,7 +158,7 @@ def train_worker(hf_dir: Path, tp: int, pp: int, algorithm, *, distributed_optim
     from fastrl.config import OptimizerConfig
     from fastrl.distributed import parallel_state
     from fastrl.models.provider import build_policy, export_hf_weights
-    from fastrl.training.actor import Actor
+    from fastrl.training.actor import Actor, build_lr_scheduler
 
     parallel = ParallelConfig(
         tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, backend="gloo",
@@ -168,14 +168,15 @@ def train_worker(hf_dir: Path, tp: int, pp: int, algorithm, *, distributed_optim
     policy = build_policy(hf_dir, parallel=parallel, precision=PrecisionConfig(mode=precision), trainable=True)
     actor = Actor(
         policy, algorithm=algorithm, optimizer=OptimizerConfig(lr=1e-3, clip_grad=1.0, weight_decay=0.0),
-        parallel=parallel, precision=PrecisionConfig(mode=precision), total_steps=10,
+        parallel=parallel, precision=PrecisionConfig(mode=precision),
     )  # fmt: skip
     batch = make_train_batch(hf_dir)
     share = len(batch) // ctx.dp_size
     mine = batch.select(range(ctx.dp_rank * share, (ctx.dp_rank + 1) * share))
-    metrics = actor.forward_backward(mine)
+    metrics = actor.forward_backward(mine, dp_size=ctx.dp_size)
     if step:
-        metrics.update(actor.step())
+        scheduler = build_lr_scheduler(actor.optimizer, OptimizerConfig(lr=1e-3, clip_grad=1.0, weight_decay=0.0), 10)
+        metrics.update(actor.step(scheduler=scheduler))
     else:
         with torch.no_grad():
             for p in policy.parameters():
@@ -241,7 +242,7 @@ def pruning_worker(tp: int, num_groups: int, n: int, multiple: int, mode: str, w
     if mode == "exact":
         local = dp_pruning.LocalPruningInputs(
             group_ids=group_ids[rows], advantages=advantages[rows], lengths=local_batch.lengths,
-            responses=[responses[i] for i in rows],
+            response_lengths=torch.tensor([len(responses[i]) for i in rows]), responses=[responses[i] for i in rows],
         )  # fmt: skip
 
         def prune(g):
@@ -257,22 +258,21 @@ def pruning_worker(tp: int, num_groups: int, n: int, multiple: int, mode: str, w
             sketch = ResponseSketch.from_tensors(g.signatures, g.response_lengths, ngram=1, seed=0)
             return mdap_select(g.advantages, g.group_ids, sketch, multiple=multiple)
 
-    outcome = dp_pruning.dp_global_prune(local, prune)
+    g, result = dp_pruning.dp_global_prune(local, prune, dp_size=ctx.dp_size)
     if weighted:
-        g = outcome.inputs
         local_batch = dp_pruning.scale_local_advantages(
-            local_batch, outcome, bucket_size_weights(g.advantages, g.group_ids, outcome.keep)
+            local_batch, g, bucket_size_weights(g.advantages, g.group_ids, result.keep)
         )
-    mine = dp_pruning.repartition(local_batch, outcome)
+    mine = dp_pruning.repartition(local_batch, g, result.keep)
     offsets = [sum(sizes[:r]) for r in range(ctx.dp_size + 1)]
-    same = dp_pruning.repartition_kept(local_batch, outcome.keep, offsets)  # the trainer's entry point
+    same = dp_pruning.repartition_kept(local_batch, result.keep, offsets)  # the trainer's entry point
     assert torch.equal(same.input_ids, mine.input_ids) and torch.equal(same.advantages, mine.advantages)
     logged = dp_pruning.gather_for_logging(local.advantages)
     return {
         "dp_rank": ctx.dp_rank,
         "tp_rank": ctx.tp_rank,
-        "keep": outcome.keep,
-        "keep_local": outcome.keep_local,
+        "keep": result.keep,
+        "keep_local": result.keep[g.rows_of(ctx.dp_rank)],
         "input_ids": mine.input_ids,
         "lengths": mine.lengths,
         "advantages": mine.advantages,
@@ -286,23 +286,24 @@ def bf16_and_reference_worker(hf_dir: Path) -> dict[str, Any]:
     from fastrl.distributed import parallel_state
     from fastrl.models.logprobs import compute_log_probs, mismatch_metrics
     from fastrl.models.provider import build_policy, offload_to_cpu, reload_to_device
-    from fastrl.training.actor import Actor
+    from fastrl.training.actor import Actor, build_lr_scheduler
 
     parallel = ParallelConfig(tensor_model_parallel_size=2, backend="gloo", micro_batch_size=2)
-    parallel_state.initialize(parallel, seed=1)
+    ctx = parallel_state.initialize(parallel, seed=1)
     bf16 = PrecisionConfig(mode="bf16")
     actor_policy = build_policy(hf_dir, parallel=parallel, precision=bf16, trainable=True)
     reference = build_policy(hf_dir, parallel=parallel, precision=PrecisionConfig(), trainable=False)
     actor = Actor(
         actor_policy, algorithm=AlgorithmConfig(), optimizer=OptimizerConfig(lr=1e-3),
-        parallel=parallel, precision=bf16, total_steps=4,
+        parallel=parallel, precision=bf16,
     )  # fmt: skip
     batch = make_train_batch(hf_dir)
     offload_to_cpu(reference)
     reload_to_device(reference, torch.device("cpu"))
     ref_lp = compute_log_probs(reference.chunks, batch, micro_batch_size=2)
     before = actor.log_probs(batch)
-    metrics = actor.update(batch.with_tensors(ref_log_probs=ref_lp))
+    scheduler = build_lr_scheduler(actor.optimizer, OptimizerConfig(lr=1e-3), 4)
+    metrics = actor.update(batch.with_tensors(ref_log_probs=ref_lp), dp_size=ctx.dp_size, scheduler=scheduler)
     after = actor.log_probs(batch)
     ref_after = compute_log_probs(reference.chunks, batch, micro_batch_size=2)
     return {

@@ -426,9 +426,8 @@ def _run_step_tail(step_module, run, monkeypatch, stop):
     monkeypatch.setattr(step_module, "repartition_kept", lambda b, o: (b, {}))
     monkeypatch.setattr(step_module, "add_log_probs", lambda b, *a, **k: run.ctx.__dict__.setdefault("lp", 1) and (b, {}))
     monkeypatch.setattr(step_module, "check_rollout_mismatch", lambda *a, **k: None)
-    monkeypatch.setattr(step_module, "equal_micro_batches", lambda cfg: True)
-    monkeypatch.setattr(step_module, "kept_geometry", lambda *a: None)
-    monkeypatch.setattr(step_module, "plan_update", lambda *a, **k: types.SimpleNamespace(row_order=(), update_rows=(0,)))
+    plan = types.SimpleNamespace(row_order=(), update_rows=(0,))
+    monkeypatch.setattr(step_module, "step_geometry", lambda *a: types.SimpleNamespace(dp_size=1, plan_update=lambda *a, **k: plan))
     cfg = types.SimpleNamespace(
         rollout=types.SimpleNamespace(mismatch_tolerance=1.0), parallel=types.SimpleNamespace(micro_batch_size=1),
         trainer=types.SimpleNamespace(epochs=1, micro_batch_tokens=0, old_log_probs="auto", group_by_length=True),
@@ -446,7 +445,7 @@ def _run_step_tail(step_module, run, monkeypatch, stop):
     run.reference = None
     run.scorer = None
     state = types.SimpleNamespace(ars=None, sampler=types.SimpleNamespace(epochs_drawn=0.0), total_steps=3,
-                                  prompt_skipper=None, reward_health=types.SimpleNamespace(end_step=lambda *a, **k: {}))
+                                  scheduler=None, prompt_skipper=None, reward_health=types.SimpleNamespace(end_step=lambda *a, **k: {}))
     monkeypatch.setattr(step_module, "len", lambda x: 0, raising=False)
     del dataclasses
     with pytest.raises(stop):

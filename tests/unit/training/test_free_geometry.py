@@ -43,7 +43,7 @@ def test_free_and_mini_batch_geometry_multiples():
     assert G.refill_multiple(old, 1, 8) == cfg.update_multiple(1, n=8)
     assert G.kept_unit(old, 2) == 2 * cfg.parallel.micro_batch_size
     pp = dataclasses.replace(cfg, parallel=dataclasses.replace(cfg.parallel, pipeline_model_parallel_size=2))
-    assert G.equal_micro_batches(pp) and G.kept_multiple(pp, 2) == 2 * cfg.parallel.micro_batch_size
+    assert G.equal_micro_batches(pp) and G.kept_unit(pp, 2) == 2 * cfg.parallel.micro_batch_size
 
 
 def test_update_plan_of_a_step():
@@ -53,18 +53,52 @@ def test_update_plan_of_a_step():
 
     cfg = get_recipe("easyvqa_tiny_fastrl_grpo_cpu")  # 32 prompts / 16 per mini-batch: 2 updates, micro 16
     budget = dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, micro_batch_tokens=10))
-    plan = G.plan_update(budget, [4, 4, 4, 9, 3], n=8, dp_size=1, step=3)
+    plan = G.step_geometry(budget, 1, 8).plan_update([4, 4, 4, 9, 3], step=3)
     assert plan.update_rows == (3, 2) and plan.micro_batches == ((2, 1), (1, 1)) and plan.updates == 2
     assert plan.lr_positions == (5, 6)  # step 3 of U = 2 units per step ends at 6
     # no token budget: micro-batches of parallel.micro_batch_size rows (the last shorter)
-    assert G.plan_update(cfg, [5] * 20, n=8, dp_size=1, step=1).micro_batches == ((10,), (10,))
+    assert G.step_geometry(cfg, 1, 8).plan_update([5] * 20, step=1).micro_batches == ((10,), (10,))
     # the paper's mini-batch geometry: one update per mini-batch of 16 prompts x n / dp rows,
     # equal micro-batches (None: parallel.micro_batch_size rows each)
     paper = dataclasses.replace(cfg, pruning=dataclasses.replace(cfg.pruning, refill_to="mini_batch"))
-    plan = G.plan_update(paper, [5] * 128, n=8, dp_size=1, step=1)
+    plan = G.step_geometry(paper, 1, 8).plan_update([5] * 128, step=1)
     assert plan.update_rows == (128,) and plan.micro_batches == (None,) and plan.lr_positions == (2,)
     ppo = dataclasses.replace(cfg, algorithm=dataclasses.replace(cfg.algorithm, ppo_epochs=2))
-    assert G.plan_update(ppo, [5] * 4, n=8, dp_size=1, step=1).lr_positions == (1, 2, 3, 4)
+    assert G.step_geometry(ppo, 1, 8).plan_update([5] * 4, step=1).lr_positions == (1, 2, 3, 4)
+
+
+def test_one_step_geometry_decides_the_cuts_and_the_dp_size():
+    """:class:`StepGeometry` is the step's one source of the DP size, the kept-count rules, the
+    old / reference passes' cut and the update plan (which hands the DP size to the actor).
+
+    catches: the token-budget log-prob passes capped at ``micro_batch_size`` rows instead of
+    ``log_prob_max_rows`` (``StepGeometry.log_prob_cut`` in ``fastrl/training/geometry.py``)."""
+    import dataclasses
+
+    from recipes.registry import get_recipe
+
+    cfg = get_recipe("easyvqa_tiny_fastrl_grpo_cpu")
+    mbs = cfg.parallel.micro_batch_size
+    budget = dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, micro_batch_tokens=100_000))
+    g = G.step_geometry(budget, 2, 8)
+    assert (g.dp_size, g.n, g.kept_unit, g.refill_multiple) == (2, 8, 2, 2)
+    assert g.log_prob_max_rows == G.LOG_PROB_MICRO_BATCH_FACTOR * mbs
+    rows = 2 * g.log_prob_max_rows + mbs
+    assert g.log_prob_cut([1] * rows) == [g.log_prob_max_rows, g.log_prob_max_rows, mbs]
+    assert G.step_geometry(cfg, 2, 8).log_prob_cut([1] * rows) is None  # no token budget: micro_batch_size rows
+    plan = g.plan_update([3] * 6, step=1)
+    assert plan.dp_size == 2 and plan.update_rows == (3, 3)
+    paper = G.step_geometry(dataclasses.replace(cfg, pruning=dataclasses.replace(cfg.pruning, refill_to="mini_batch")), 2, 8)
+    assert paper.updates_per_pass is None and paper.mini_batch_rows == G.rank_mini_batch_rows(cfg, 2, 8)
+    assert paper.kept_unit == 2 * mbs and paper.refill_multiple == cfg.update_multiple(2, n=8)
+    with pytest.raises(ValueError, match="micro_batch_tokens=100000: must be >= 0, and 0 with equal micro-batches"):
+        dataclasses.replace(g, equal_micro_batches=True)
+    with pytest.raises(ValueError, match="exactly one of updates_per_pass"):
+        dataclasses.replace(g, mini_batch_rows=4)
+    with pytest.raises(ValueError, match="dp_size must be >= 1, got 0"):
+        dataclasses.replace(g, dp_size=0)
+    with pytest.raises(ValueError, match="dp_size >= 1 and n >= 1"):
+        G.step_geometry(cfg, 0, 8)
 
 
 @pytest.mark.parametrize("method", ["pods", "zero_adv_skip", "fastrl_unbiased", "greso", "cppo", "random"])
@@ -100,13 +134,13 @@ def test_rows_are_grouped_by_length_within_each_update():
     cfg = get_recipe("easyvqa_tiny_fastrl_grpo_cpu")  # 2 updates per step
     budget = dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, micro_batch_tokens=12))
     lens = [2, 9, 3, 8, 10, 1, 7]
-    plan = G.plan_update(budget, lens, n=8, dp_size=1, step=1)
+    plan = G.step_geometry(budget, 1, 8).plan_update(lens, step=1)
     assert plan.update_rows == (4, 3)
     assert plan.row_order == (1, 3, 2, 0, 4, 6, 5)  # [9, 8, 3, 2] and [10, 7, 1]: rows stay in their update
     assert plan.micro_batches == ((1, 2, 1), (1, 2))  # cut over the sorted lengths [9], [8, 3], [2]; [10], [7, 1]
     assert G.length_grouped_order([1, 5, 5, 2], [4]) == [1, 2, 3, 0]  # ties keep their order
     off = dataclasses.replace(budget, trainer=dataclasses.replace(budget.trainer, group_by_length=False))
-    assert G.plan_update(off, lens, n=8, dp_size=1, step=1).row_order == tuple(range(7))  # the ablation
+    assert G.step_geometry(off, 1, 8).plan_update(lens, step=1).row_order == tuple(range(7))  # the ablation
     with pytest.raises(ValueError, match="do not split"):
         G.length_grouped_order([1, 2, 3], [2])
     # padding: micro-batches of two rows at their own longest row

@@ -37,7 +37,7 @@ def _actor(grad: float) -> Actor:
         p.main_grad = torch.full_like(p, grad)  # megatron DDP keeps the reduced gradient here
     actor = Actor.__new__(Actor)  # the step's collaborators only: no megatron model
     actor.policy = types.SimpleNamespace(chunks=[chunk])
-    actor.optimizer, actor.scheduler = _Optimizer(), _Scheduler()
+    actor.optimizer = _Optimizer()
     return actor
 
 
@@ -45,12 +45,12 @@ def _actor(grad: float) -> Actor:
 def test_a_non_finite_loss_or_gradient_skips_the_update(loss, grad):
     """catches: Actor.step calling megatron's optimizer.step() whatever the loss and gradients (on
     CPU fp32 it reports ok=True with inf gradients: the NaN update was applied and checkpointed)."""
-    actor = _actor(grad)
-    m = actor.step(loss=loss)
+    actor, scheduler = _actor(grad), _Scheduler()
+    m = actor.step(scheduler=scheduler, loss=loss)
     assert m["actor/update_skipped"] == 1.0 and math.isnan(m["actor/grad_norm"])
-    assert actor.optimizer.steps == 0 and actor.scheduler.num_steps == 0  # weights, moments, schedule unchanged
+    assert actor.optimizer.steps == 0 and scheduler.num_steps == 0  # weights, moments, schedule unchanged
     assert actor.skipped_in_a_row == 1
-    actor.step(loss=loss)
+    actor.step(scheduler=scheduler, loss=loss)
     assert actor.skipped_in_a_row == 2
 
 
@@ -59,15 +59,15 @@ def test_the_ddp_grad_buffers_are_checked():
     actor = _actor(0.1)
     chunk = actor.policy.chunks[0]
     chunk.buffers = [types.SimpleNamespace(grad_data=torch.tensor([0.1, float("inf")]))]  # as megatron's DDP sets it
-    assert actor.step(loss=0.3)["actor/update_skipped"] == 1.0 and actor.optimizer.steps == 0
+    assert actor.step(scheduler=_Scheduler(), loss=0.3)["actor/update_skipped"] == 1.0 and actor.optimizer.steps == 0
 
 
 def test_a_finite_update_is_applied_and_resets_the_run_of_skips():
-    actor = _actor(0.1)
+    actor, scheduler = _actor(0.1), _Scheduler()
     actor.skipped_in_a_row = 2
-    m = actor.step(loss=0.3)
+    m = actor.step(scheduler=scheduler, loss=0.3)
     assert m["actor/update_skipped"] == 0.0 and m["actor/grad_norm"] == 0.5
-    assert actor.optimizer.steps == 1 and actor.scheduler.num_steps == 1 and actor.skipped_in_a_row == 0
+    assert actor.optimizer.steps == 1 and scheduler.num_steps == 1 and actor.skipped_in_a_row == 0
 
 
 def _run(in_a_row: int, limit: int = 3):
@@ -97,8 +97,8 @@ def test_the_run_stops_naming_the_step_when_skips_persist():
 def test_update_checks_the_loss_of_its_forward_backward():
     """catches: Actor.update not handing the mini-batch loss to step (a NaN loss with finite gradients applied)."""
     actor = _actor(0.1)
-    actor.forward_backward = lambda batch, micro_sizes=None: {"actor/loss": float("nan")}
-    m = actor.update(None)
+    actor.forward_backward = lambda batch, micro_sizes=None, *, dp_size: {"actor/loss": float("nan")}
+    m = actor.update(None, dp_size=1, scheduler=_Scheduler())
     assert m["actor/update_skipped"] == 1.0 and math.isnan(m["actor/loss"]) and actor.optimizer.steps == 0
 
 
@@ -114,7 +114,7 @@ def test_the_on_policy_first_update_checks_its_loss_too():
 
     actor = _actor(0.1)
     actor.sequence_multiple = 1
-    actor.forward_backward_on_policy = lambda batch, micro_sizes=None: (
+    actor.forward_backward_on_policy = lambda batch, micro_sizes=None, *, dp_size: (
         {"actor/loss": float("nan")}, torch.zeros(len(batch), batch.seq_length)
     )
     mask = torch.tensor([[False, True, True], [False, True, False]])
@@ -123,6 +123,6 @@ def test_the_on_policy_first_update_checks_its_loss_too():
         advantages=torch.tensor([1.0, -1.0]), engine_log_probs=torch.zeros(2, 3),
         old_log_probs=torch.full((2, 3), float("nan")),
     )
-    plan = UpdatePlan(row_order=(0, 1), update_rows=(2,), micro_batches=((2,),), passes=1, lr_positions=(1,))
-    m = update_policy(batch, actor, plan, on_policy_rows=2)
+    plan = UpdatePlan(row_order=(0, 1), update_rows=(2,), micro_batches=((2,),), passes=1, lr_positions=(1,), dp_size=1)
+    m = update_policy(batch, actor, plan, scheduler=_Scheduler(), on_policy_rows=2)
     assert m["actor/update_skipped"] == 1.0 and actor.optimizer.steps == 0

@@ -16,7 +16,7 @@ from fastrl.config import AlgorithmConfig
 from fastrl.data import Record
 from fastrl.rewards.result import RewardResult
 from fastrl.rollout.engine import PromptInputs, RolloutPrompt, Rollouts
-from fastrl.training.geometry import kept_geometry
+from fastrl.training.geometry import step_geometry
 from fastrl.training.prompting import PromptBatch, PromptSource
 from fastrl.training.prune_phase import prune
 from fastrl.training.rollout_batch import ScoredRollouts, to_policy_batch
@@ -61,8 +61,8 @@ def test_prune_weights_are_inverse_keep_weights_with_the_response_lengths():
     scored = _scored([0] * 4 + [1] * 4, [1, 1, 0, 0, 0, 0, 0, 0], responses)
     advantaged = scored.with_advantages(torch.tensor([1.0, 1.0, -1.0, -1.0, 0.0, 0.0, 0.0, 0.0]))
     batch = to_policy_batch(advantaged, range(8), pad_token_id=0)
-    outcome, metrics = prune(cfg, advantaged, batch, step=1, geometry=kept_geometry(cfg, 1, 4))
-    keep = outcome.dp.keep
+    outcome, metrics = prune(cfg, advantaged, batch, step=1, geometry=step_geometry(cfg, 1, 4))
+    keep = outcome.keep
     assert keep.tolist() == [True, False, True, True, True, False, True, True]
     lengths = torch.tensor([len(r) for r in responses])
     expected = inverse_keep_weights(advantaged.advantages, advantaged.group_ids, keep, lengths=lengths,
@@ -73,6 +73,33 @@ def test_prune_weights_are_inverse_keep_weights_with_the_response_lengths():
         unlike = inverse_keep_weights(advantaged.advantages, advantaged.group_ids, keep, lengths=other)
         assert (unlike - expected).abs().max() > 1e-3
     assert metrics["prune/weight_max"] == pytest.approx(float(expected.max()))
+
+
+def test_prune_outcome_is_flat_with_one_count_of_the_response_lengths():
+    """The outcome holds what the rule saw, its selection and its weights side by side (no nested
+    results), and the response lengths are one field, counted once from the rollouts.
+
+    catches: ``prune()`` handing the pruning inputs the token loads (prompt + response) as the
+    response lengths (``response_lengths=batch.lengths`` in ``fastrl/training/prune_phase.py``),
+    and ``LocalPruningInputs`` accepting responses whose lengths disagree with ``response_lengths``."""
+    from fastrl.distributed.dp_pruning import LocalPruningInputs
+
+    cfg = get_recipe("easyvqa_tiny_fastrl_grpo_cpu")
+    responses = [[5, 6, 7], [5, 6, 7], [9], [12, 13], [20, 21], [30, 31, 32, 33], [40], [41, 42]]
+    scored = _scored([0] * 4 + [1] * 4, [1, 1, 0, 0, 1, 0, 0, 0], responses)
+    advantaged = scored.with_advantages(torch.tensor([1.0, 1.0, -1.0, -1.0, 1.5, -0.5, -0.5, -0.5]))
+    batch = to_policy_batch(advantaged, range(8), pad_token_id=0)
+    outcome, metrics = prune(cfg, advantaged, batch, step=1, geometry=step_geometry(cfg, 1, 4))
+    lengths = torch.tensor([len(r) for r in responses])
+    assert torch.equal(outcome.response_lengths, lengths) and outcome.response_lengths is outcome.inputs.response_lengths
+    assert not torch.equal(batch.lengths, lengths)  # the token loads count the prompt too
+    assert outcome.keep.tolist() == [True, False, True, True, True, True, True, True]  # the copy of row 0 pruned
+    assert outcome.indices.tolist() == [0, 2, 3, 4, 5, 6, 7] and outcome.kept_per_group == {0: 3, 1: 4}
+    assert metrics["prune/kept_response_length_mean"] == pytest.approx(float(lengths[outcome.keep].float().mean()))
+    assert not hasattr(outcome, "dp") and not hasattr(outcome, "result")
+    with pytest.raises(ValueError, match="response 1 has 3 tokens, response_lengths says 2"):
+        LocalPruningInputs(group_ids=torch.tensor([0, 0]), advantages=torch.zeros(2), lengths=torch.tensor([5, 6]),
+                           response_lengths=torch.tensor([3, 2]), responses=[torch.tensor(r) for r in responses[:2]])
 
 
 # ---- dynamic_sampling(): no more informative groups than the step's prompts ----------------------

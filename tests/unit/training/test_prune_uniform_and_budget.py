@@ -11,7 +11,7 @@ import torch
 
 from fastrl.config import PruningConfig
 from fastrl.rollout.engine import PromptInputs, RolloutPrompt, Rollouts
-from fastrl.training.geometry import kept_geometry
+from fastrl.training.geometry import step_geometry
 from fastrl.training.prune_phase import prune, repartition_kept
 from fastrl.training.pruner import select_step
 from fastrl.training.rollout_batch import ScoredRollouts, to_policy_batch
@@ -47,7 +47,7 @@ def _run(**pruning):
     cfg = dataclasses.replace(base, pruning=dataclasses.replace(base.pruning, **pruning))
     scored = _advantaged()
     batch = to_policy_batch(scored, range(16), pad_token_id=0)
-    outcome, metrics = prune(cfg, scored, batch, step=2, geometry=kept_geometry(cfg, 1, 4))
+    outcome, metrics = prune(cfg, scored, batch, step=2, geometry=step_geometry(cfg, 1, 4))
     trained, _ = repartition_kept(batch, outcome)
     return outcome, metrics, trained
 
@@ -59,17 +59,17 @@ def test_drop_uniform_groups_composes_with_mdap_and_is_counted():
     """catches: pruning.drop_uniform_groups ignored by the step (select_step running the method on the
     whole batch), which keeps MDAP's seed of each uniform group."""
     outcome, m, trained = _run(method="fastrl", drop_uniform_groups=True)
-    assert not (outcome.dp.keep & UNIFORM).any()
+    assert not (outcome.keep & UNIFORM).any()
     assert outcome.kept_per_group[0] == outcome.kept_per_group[2] == 0  # ARS sees the drop
     assert m["prune/uniform_groups"] == 2 and m["prune/uniform_dropped"] == 8 and m["prune/uniform_kept"] == 0
-    assert trained.kl_weights is None and len(trained) == int(outcome.dp.keep.sum())
+    assert trained.kl_weights is None and len(trained) == int(outcome.keep.sum())
 
 
 def test_kl_sample_reaches_the_update_with_its_weight():
     """catches: the KL weights not carried to the trained rows (``kl_weights`` unset on the batch),
     so the sampled uniform rollouts' KL is counted once instead of U / s times."""
     outcome, m, trained = _run(method="none", drop_uniform_groups=True, zero_adv_kl="sample", zero_adv_kl_samples=2)
-    assert int((outcome.dp.keep & UNIFORM).sum()) == 2 and m["prune/kl_sample_weight"] == 4.0
+    assert int((outcome.keep & UNIFORM).sum()) == 2 and m["prune/kl_sample_weight"] == 4.0
     assert sorted(trained.kl_weights.tolist()) == [1.0] * 8 + [4.0, 4.0]
     assert float(trained.advantages[trained.kl_weights == 4.0].abs().sum()) == 0.0
 
@@ -107,14 +107,14 @@ def test_budget_stratified_merges_copies_and_weights_restore_the_group_sums():
     instead), or the near-duplicate clusters not passed to them: every trained group's weighted
     advantages must sum to 0 and a merged pair's representative weighs for both."""
     outcome, m, trained = _run(method="budget_stratified", budget_fraction=0.5, dedup_threshold=0.7)
-    keep = outcome.dp.keep
+    keep = outcome.keep
     assert m["prune/duplicate_rows"] == 1 and not keep[13]  # row 13 copies row 12
     assert keep[12] and keep[15]  # the right bucket of group 3 has two candidates (12, 15): k = 2 keeps both
     w = outcome.weights
     assert float(w[12]) == pytest.approx(2 * float(w[15]))  # 12 stands for itself and its copy 13
-    adv = outcome.dp.inputs.advantages * outcome.weights.double()
+    adv = outcome.inputs.advantages * outcome.weights.double()
     for g in (1, 3):
-        assert float(adv[outcome.dp.inputs.group_ids == g].sum()) == pytest.approx(0.0, abs=1e-6)
+        assert float(adv[outcome.inputs.group_ids == g].sum()) == pytest.approx(0.0, abs=1e-6)
     assert outcome.kept_per_group == {g: int(keep[4 * g: 4 * g + 4].sum()) for g in range(4)}  # ARS
 
 
@@ -127,7 +127,7 @@ def test_select_step_runs_the_method_on_the_mixed_groups_only():
     gid = torch.arange(4).repeat_interleave(4)
     cfg = PruningConfig(method="budget_stratified", budget_fraction=0.5, dedup_threshold=None, drop_uniform_groups=True)
     s = select_step(cfg, grpo_advantages(r, gid), gid, [torch.tensor(x) for x in RESPONSES], multiple=1,
-                    generator=torch.Generator().manual_seed(0))
+                    generator=torch.Generator().manual_seed(0), response_lengths=torch.tensor([len(x) for x in RESPONSES]))
     assert int(s.result.keep.sum()) == 4 and not (s.result.keep & UNIFORM).any()
     assert s.metrics["prune/uniform_rollouts"] == 8 and s.metrics["prune/budget_excess"] == 0
 
@@ -159,7 +159,7 @@ def test_budget_excess_counts_the_floor_kept_past_a_tiny_budget():
     gid = torch.arange(4).repeat_interleave(4)
     cfg = PruningConfig(method="budget_stratified", budget_fraction=0.125, dedup_threshold=None, drop_uniform_groups=True)
     s = select_step(cfg, grpo_advantages(r, gid), gid, [torch.tensor(x) for x in RESPONSES], multiple=1,
-                    generator=torch.Generator().manual_seed(0))
+                    generator=torch.Generator().manual_seed(0), response_lengths=torch.tensor([len(x) for x in RESPONSES]))
     assert int(s.result.keep.sum()) == 4 and s.metrics["prune/budget_excess"] == 3
 
 

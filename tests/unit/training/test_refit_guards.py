@@ -189,8 +189,6 @@ def test_a_stale_step_stops_before_its_update(monkeypatch, early, old_log_probs)
     in either order of the phases, or the guard it hands to ``update_policy`` for the on-policy
     first update, which measures the mismatch from its own forward pass): rollouts of a stale
     engine would be trained on."""
-    from fastrl.training.geometry import UpdatePlan
-
     calls: list[str] = []
     batch = types.SimpleNamespace(lengths=[5], with_tensors=lambda **k: batch, select=lambda order: batch)
     advantaged = type("Advantaged", (list,), {"advantages": torch.zeros(0)})()  # no rows
@@ -209,7 +207,6 @@ def test_a_stale_step_stops_before_its_update(monkeypatch, early, old_log_probs)
         "sleep_engine": lambda engine: None, "compute_advantages": lambda s, alg, **k: (advantaged, {}),
         "to_policy_batch": lambda *a, **k: batch, "prune": lambda *a, **k: (None, {}),
         "repartition_kept": lambda b, o: (b, {}),
-        "plan_update": lambda *a, **k: UpdatePlan(row_order=(0,), update_rows=(1,), micro_batches=(None,), passes=1, lr_positions=(1,)),
         "add_log_probs": lambda b, *a, old_from=0, **k: calls.append("log_probs") or (b, {} if old_from else stale),
         "update_policy": update_policy,
     }.items():
@@ -229,7 +226,52 @@ def test_a_stale_step_stops_before_its_update(monkeypatch, early, old_log_probs)
         scorer=None,
     )
     state = types.SimpleNamespace(ars=None, sampler=types.SimpleNamespace(epochs_drawn=0.0), prompt_skipper=None,
-                                  total_steps=3, reward_health=types.SimpleNamespace(end_step=lambda *a, **k: {}))
+                                  scheduler=None, total_steps=3, reward_health=types.SimpleNamespace(end_step=lambda *a, **k: {}))
     with pytest.raises(RolloutMismatchError, match=r"step 2: .*mismatch/abs_diff_mean = 0.3 > rollout.mismatch_tolerance = 0.0001"):
         step_module.train_step(run, state, 2)
     assert calls == ["log_probs"]  # stopped before the update
+
+
+def test_train_step_hands_the_train_states_lr_schedule_to_the_update(monkeypatch):
+    """The LR schedule belongs to the train state (saved with it); the step hands it to the update,
+    which sets each optimizer update's position on it (``Actor.step``).
+
+    catches: ``train_step`` handing ``update_policy`` another schedule than ``state.scheduler``
+    (``scheduler=state.scheduler`` in ``fastrl/training/step.py``)."""
+
+    class _Stop(Exception):
+        pass
+
+    seen: dict = {}
+
+    def update_policy(*a, scheduler, **k):
+        seen["scheduler"] = scheduler
+        raise _Stop
+
+    batch = types.SimpleNamespace(lengths=[5], with_tensors=lambda **k: batch, select=lambda order: batch)
+    advantaged = type("Advantaged", (list,), {"advantages": torch.zeros(0)})()
+    for name, fn in {
+        "group_size": lambda cfg, ars: 2, "prompts_this_step": lambda rollout, n: 1, "_check_epochs": lambda *a: {},
+        "generate": lambda *a, **k: None, "score": lambda *a, **k: ([], {}), "dynamic_sampling": lambda s, **k: (s, {}),
+        "sleep_engine": lambda engine: None, "compute_advantages": lambda s, alg, **k: (advantaged, {}),
+        "to_policy_batch": lambda *a, **k: batch, "prune": lambda *a, **k: (None, {}),
+        "repartition_kept": lambda b, o: (b, {}),
+        "add_log_probs": lambda b, *a, **k: (b, {"mismatch/abs_diff_mean": 0.0}),
+        "update_policy": update_policy,
+    }.items():
+        monkeypatch.setattr(step_module, name, fn)
+    cfg = get_recipe("easyvqa_tiny_fastrl_grpo_cpu")
+    cfg = dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, old_log_probs="recompute"))
+    run = types.SimpleNamespace(
+        cfg=cfg, ctx=types.SimpleNamespace(dp_size=1, dp_rank=0, is_logging_rank=True, device=torch.device("cpu")),
+        timer=types.SimpleNamespace(phase=lambda name: contextlib.nullcontext()),
+        prompts=types.SimpleNamespace(next_batch=lambda *a, **k: PromptBatch([], epochs_completed=0)),
+        engine=types.SimpleNamespace(pad_token_id=0), actor=types.SimpleNamespace(policy_version=1), reference=None,
+        scorer=None,
+    )
+    schedule = object()
+    state = types.SimpleNamespace(ars=None, sampler=types.SimpleNamespace(epochs_drawn=0.0), prompt_skipper=None,
+                                  scheduler=schedule, total_steps=3, reward_health=types.SimpleNamespace(end_step=lambda *a, **k: {}))
+    with pytest.raises(_Stop):
+        step_module.train_step(run, state, 2)
+    assert seen["scheduler"] is schedule

@@ -11,7 +11,7 @@ import torch
 
 from bench.prune_text import analyze, markdown
 from fastrl.rollout.engine import PromptInputs, RolloutPrompt, Rollouts
-from fastrl.training.geometry import kept_geometry
+from fastrl.training.geometry import step_geometry
 from fastrl.training.prune_phase import prune
 from fastrl.training.rollout_batch import ScoredRollouts, to_policy_batch
 from fastrl.training.rollout_log import (
@@ -48,7 +48,7 @@ def _advantaged():
 def _pruned(cfg):
     scored = _advantaged()
     batch = to_policy_batch(scored, range(8), pad_token_id=0)
-    outcome, _ = prune(cfg, scored, batch, step=3, geometry=kept_geometry(cfg, 1, 4))
+    outcome, _ = prune(cfg, scored, batch, step=3, geometry=step_geometry(cfg, 1, 4))
     return scored, outcome
 
 
@@ -63,7 +63,7 @@ def test_records_carry_the_pruners_decision_row_by_row(tmp_path):
     cfg = get_recipe("easyvqa_tiny_fastrl_grpo_cpu")  # importance-weighted MDAP, reference semantics, J < 0.2
     scored, outcome = _pruned(cfg)
     records = rollout_records(3, scored, outcome, dp_rank=0)
-    assert [r["kept"] for r in records] == outcome.dp.keep_local.tolist()
+    assert [r["kept"] for r in records] == outcome.keep.tolist()
     # rollout 1 repeats rollout 0 (J = 1); rollouts 2 and 3 share no token (J = 0); in group 1, [20, 21, 22]
     # holds all of the seed [20, 21] (J = 2/3), [30, 31] and [40] none
     assert [r["phase1_kept"] for r in records] == [True, False, True, True, True, False, True, True]
@@ -82,7 +82,7 @@ def test_records_carry_the_pruners_decision_row_by_row(tmp_path):
 def test_a_dp_rank_logs_its_own_slice_of_the_gathered_decision():
     # Breakage caught: rank 1 logging rank 0's part of the global masks or weights (the first rows
     # instead of the rows it owns), or a step where no selection rule ran logged as chosen.
-    from fastrl.distributed.dp_pruning import DPPruneOutcome, GlobalPruningInputs
+    from fastrl.distributed.dp_pruning import GlobalPruningInputs
     from fastrl.training.prune_phase import PruneOutcome
 
     owners = torch.tensor([0] * 8 + [1] * 8)
@@ -90,16 +90,16 @@ def test_a_dp_rank_logs_its_own_slice_of_the_gathered_decision():
     keep = torch.tensor([True] * 8 + [True, True, True, False, False, True, True, False])
     weights = torch.arange(16, dtype=torch.float32)
     inputs = GlobalPruningInputs(
-        group_ids=torch.arange(16) // 4, advantages=torch.zeros(16), lengths=torch.ones(16, dtype=torch.long),
-        owners=owners, local_index=torch.arange(16) % 8, responses=None, signatures=None, response_lengths=None,
+        dp_size=2, group_ids=torch.arange(16) // 4, advantages=torch.zeros(16), lengths=torch.ones(16, dtype=torch.long),
+        response_lengths=torch.ones(16, dtype=torch.long), owners=owners, local_index=torch.arange(16) % 8,
+        responses=None, signatures=None,
     )
-    dp = DPPruneOutcome(result=None, keep=keep, inputs=inputs, keep_local=keep[owners == 1])
-    outcome = PruneOutcome(dp, None, weights, selection=selection)
+    outcome = PruneOutcome(inputs=inputs, keep=keep, kept_per_group={}, rule_keep=selection, weights=weights)
     records = rollout_records(5, _advantaged(), outcome, dp_rank=1)
     assert [r["phase1_kept"] for r in records] == selection[8:].tolist()
     assert [r["kept"] for r in records] == keep[8:].tolist()
     assert [r["weight"] for r in records] == list(range(8, 16))
-    short = rollout_records(5, _advantaged(), dataclasses.replace(outcome, selection=None), dp_rank=1)
+    short = rollout_records(5, _advantaged(), dataclasses.replace(outcome, rule_keep=None), dp_rank=1)
     assert [r["phase1_kept"] for r in short] == [None] * 8  # a short DAPO batch: no rule decided
 
 

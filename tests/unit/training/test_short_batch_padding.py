@@ -76,9 +76,10 @@ def test_padding_rows_carry_no_loss_weight():
 def test_repartition_appends_padding_rows_single_rank():
     batch = _batch()
     gids = torch.tensor([0, 0, 0])
-    local = LocalPruningInputs(group_ids=gids, advantages=batch.advantages, lengths=batch.lengths, responses=[torch.tensor([1])] * 3)
-    dp = dp_global_prune(local, lambda g: keep_all(g.group_ids, g.lengths))
-    out, m = repartition_kept(batch, PruneOutcome(dp, dp.result, None, padding=5))
+    local = LocalPruningInputs(group_ids=gids, advantages=batch.advantages, lengths=batch.lengths,
+                               response_lengths=torch.ones(3, dtype=torch.long), responses=[torch.tensor([1])] * 3)
+    inputs, result = dp_global_prune(local, lambda g: keep_all(g.group_ids, g.response_lengths), dp_size=1)
+    out, m = repartition_kept(batch, PruneOutcome(inputs=inputs, keep=result.keep, kept_per_group=result.kept_per_group, padding=5))
     assert len(out) == 8 and m["prune/kept_rows_this_rank"] == 8.0
     assert torch.equal(out.input_ids[:3], batch.input_ids)
     assert out.response_mask[:3].equal(batch.response_mask) and not out.response_mask[3:].any()

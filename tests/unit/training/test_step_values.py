@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from fastrl.batch import ROW_TENSORS
-from fastrl.config import AlgorithmConfig
+from fastrl.config import AlgorithmConfig, ParallelConfig, RunConfig
 from fastrl.training import update_phase
+from fastrl.training.geometry import step_geometry
 from fastrl.training.rollout_batch import AdvantagedRollouts, ScoredRollouts, select_scored, to_policy_batch
 from fastrl.training.scoring import compute_advantages
 from fastrl.training.update_phase import add_log_probs
@@ -74,7 +75,8 @@ def test_add_log_probs_returns_a_new_batch(monkeypatch):
     )
     batch = to_policy_batch(_scored(), range(4), pad_token_id=0)
     before = batch.row_tensors()
-    out, metrics = add_log_probs(batch, _Actor(), None, micro_batch_size=2, phase=lambda name: contextlib.nullcontext())
+    geometry = step_geometry(RunConfig(parallel=ParallelConfig(micro_batch_size=2)), 1, 2)
+    out, metrics = add_log_probs(batch, _Actor(), None, geometry=geometry, phase=lambda name: contextlib.nullcontext())
     assert out is not batch and batch.row_tensors().keys() == before.keys()  # the input is unchanged
     assert out.old_log_probs.shape == (4, batch.seq_length) and out.ref_log_probs is None
     assert out.engine_log_probs is batch.engine_log_probs and metrics
