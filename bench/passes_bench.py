@@ -81,7 +81,8 @@ def summarize(run_dir: Path) -> dict:
     passes = {p: out.get(f"time/{p}", 0.0) for p in PASSES}
     return {
         "passes": passes, "passes_s": sum(passes.values()), "step_s": mean("time/step"), "gen_s": out.get("time/gen", 0.0),
-        "padding_fraction": mean("actor/padding_fraction"), "kept_tokens": mean("prune/kept_tokens"),
+        "padding_fraction": mean("actor/padding_fraction"), "log_prob_padding_fraction": mean("actor/log_prob_padding_fraction"),
+        "update_tokens": mean("actor/update_tokens"), "kept_tokens": mean("prune/kept_tokens"),
         "total_tokens": mean("prune/total_tokens"), "steps": len(train),
         "step1": {k: float(train[0][k]) for k in STEP1 if k in train[0]},
     }
@@ -100,8 +101,8 @@ def report(out: Path, pairs: dict[str, tuple[str, str]], variants: list[str]) ->
     described = ", ".join(f"`{v}` ({' '.join(VARIANTS[v]) or 'defaults'})" for v in variants)
     lines = ["# The trainer's passes: on-policy old log-probs and length grouping", "",
              f"Variants: {described}. Seconds per step, means over the steps after the first.", "",
-             "| recipe | variant | old | ref | update | passes | vs before | step | padding | kept / total tokens | "
-             "step-1 loss | step-1 grad norm | other cores |", "| --- " * 13 + "|"]
+             "| recipe | variant | old | ref | update | passes | vs before | step | padding (update) | padding (old + ref) | "
+             "kept / total tokens | step-1 loss | step-1 grad norm | other cores |", "| --- " * 14 + "|"]
     for recipe, by in runs.items():
         base = by.get("before", {}).get("passes_s")
         for v, r in by.items():
@@ -109,20 +110,26 @@ def report(out: Path, pairs: dict[str, tuple[str, str]], variants: list[str]) ->
             p = r["passes"]
             lines.append(
                 f"| {recipe} | {v} | {p['old']:.1f} | {p['ref']:.1f} | {p['update']:.1f} | {r['passes_s']:.1f} | {change} | "
-                f"{r['step_s']:.1f} | {r['padding_fraction']:.1%} | {r['kept_tokens']:.0f} / {r['total_tokens']:.0f} | "
+                f"{r['step_s']:.1f} | {r['padding_fraction']:.1%} | {r.get('log_prob_padding_fraction', 0.0):.1%} | "
+                f"{r['kept_tokens']:.0f} / {r['total_tokens']:.0f} | "
                 f"{r['step1'].get('actor/loss', float('nan')):.6g} | {r['step1'].get('actor/grad_norm', float('nan')):.6g} | "
                 f"{r['other_cores']:.2f} |"
             )
     lines += ["", "Kept-token prediction of the pruning rows: the GRPO run of the same variant, seconds of its passes "
-              "per response token, times the pruning run's kept response tokens.", "",
-              "| pruning recipe | variant | passes | predicted | actual / predicted | FastRL / GRPO passes |", "| --- " * 6 + "|"]
+              "per response token, times the pruning run's kept response tokens; and per real token (prompt + "
+              "response, `actor/update_tokens`: the prompts of the kept rows are computed too), times the pruning "
+              "run's real tokens.", "",
+              "| pruning recipe | variant | passes | predicted (response tokens) | actual / predicted | "
+              "predicted (prompt + response) | actual / predicted | FastRL / GRPO passes |", "| --- " * 8 + "|"]
     for grpo, pruned in pairs.values():
         for v in variants:
             g, f = runs.get(grpo, {}).get(v), runs.get(pruned, {}).get(v)
             if g and f and g["total_tokens"]:
                 pred = g["passes_s"] / g["total_tokens"] * f["kept_tokens"]
+                real = g.get("update_tokens") and f.get("update_tokens")
+                pred_all = g["passes_s"] / g["update_tokens"] * f["update_tokens"] if real else float("nan")
                 lines.append(f"| {pruned} | {v} | {f['passes_s']:.1f} | {pred:.1f} | {f['passes_s'] / pred:.2f} | "
-                             f"{f['passes_s'] / g['passes_s']:.3f} |")
+                             f"{pred_all:.1f} | {f['passes_s'] / pred_all:.2f} | {f['passes_s'] / g['passes_s']:.3f} |")
     (out / "passes.md").write_text("\n".join(lines) + "\n")
     (out / "passes.json").write_text(json.dumps(runs, indent=1) + "\n")
     print("\n".join(lines))

@@ -144,17 +144,22 @@ def to_policy_batch(
 
 
 def padding_rows(batch: PolicyBatch, count: int) -> PolicyBatch:
-    """``count`` zero-weight rows to pad ``batch`` to whole micro-batches: copies of its row 0
-    (real tokens, so the forward pass sees an ordinary sequence) with the response mask all False
-    and the advantages (when present) 0, so they add nothing to any loss term, denominator or
-    gradient. Other per-rollout tensors (log-probs, group ids) are copied.
+    """``count`` zero-weight rows to pad ``batch`` to whole micro-batches: copies of its shortest
+    row (fewest prompt + response tokens, the first such row; real tokens, so the forward pass sees
+    an ordinary sequence) with the response mask all False and the advantages (when present) 0, so
+    they add nothing to any loss term, denominator or gradient. Other per-rollout tensors
+    (log-probs, group ids) are copied. The shortest row, because a micro-batch runs at its longest
+    row (:func:`fastrl.models.logprobs.fit_micro_batches`): a copy of a long row appended to a
+    length-sorted batch would run the last micro-batch, the one of the shortest rows, at that
+    length.
 
     Raises:
         ValueError: ``batch`` is empty or ``count < 1``.
     """
     if len(batch) == 0 or count < 1:
         raise ValueError(f"cannot make {count} padding rows from a batch of {len(batch)} rollouts")
-    rows = batch.select([0] * count)
+    shortest = int(torch.argmin(batch.lengths))  # the first minimum
+    rows = batch.select([shortest] * count)
     advantages = None if rows.advantages is None else torch.zeros_like(rows.advantages)
     return replace(rows, response_mask=torch.zeros_like(rows.response_mask), advantages=advantages)
 

@@ -62,28 +62,35 @@ def add_log_probs(
     if not 0 <= old_from <= n:
         raise ValueError(f"old_from={old_from} is not a row boundary of a batch of {n} rollouts")
     added: dict[str, Any] = {}
+    tokens = [(0, 0)]  # (real, computed) of each pass
     if reference is not None:
         with phase("ref"):
-            added["ref_log_probs"] = _passes(batch, reference.chunks, actor, geometry)
+            added["ref_log_probs"], counts = _passes(batch, reference.chunks, actor, geometry)
+            tokens.append(counts)
     if engine_old:
         later = batch.engine_log_probs[old_from:].clone()
     elif old_from < n:
         with phase("old"):
-            later = _passes(batch.select(range(old_from, n)), actor.policy.chunks, actor, geometry)
+            later, counts = _passes(batch.select(range(old_from, n)), actor.policy.chunks, actor, geometry)
+            tokens.append(counts)
     else:
         later = batch.engine_log_probs[n:].clone()  # no rows
     head = torch.full((old_from, batch.seq_length), float("nan"), dtype=torch.float32, device=later.device)
     added["old_log_probs"] = torch.cat([head, later]) if old_from else later
     out = batch.with_tensors(**added)
+    real, computed = (sum(c) for c in zip(*tokens))
+    metrics = {"actor/log_prob_padding_fraction": 1.0 - real / computed if computed else 0.0}
     if old_from:
-        return out, {}
-    return out, lp_ops.reduce_mismatch_metrics(lp_ops.mismatch_metrics(later, batch.engine_log_probs, batch.response_mask))
+        return out, metrics
+    return out, {**metrics, **lp_ops.reduce_mismatch_metrics(lp_ops.mismatch_metrics(later, batch.engine_log_probs, batch.response_mask))}
 
 
-def _passes(batch: PolicyBatch, chunks: list[Any], actor: "Actor", geometry: StepGeometry) -> Any:
+def _passes(batch: PolicyBatch, chunks: list[Any], actor: "Actor", geometry: StepGeometry) -> tuple[Any, tuple[int, int]]:
     """float32 [N, T] log-probs of ``batch`` under ``chunks`` (the actor's or the reference's), the
     rows run sorted by length (longest first; ``geometry.group_by_length``), cut by ``geometry``
-    (:meth:`~fastrl.training.geometry.StepGeometry.log_prob_cut`) and returned in the batch's order."""
+    (:meth:`~fastrl.training.geometry.StepGeometry.log_prob_cut`) and returned in the batch's order;
+    and the pass's ``(real, computed)`` tokens (:func:`computed_tokens`; the zero-weight rows that
+    pad the batch to whole micro-batches are computed, not real)."""
     import torch
 
     n = len(batch)
@@ -94,7 +101,9 @@ def _passes(batch: PolicyBatch, chunks: list[Any], actor: "Actor", geometry: Ste
     rows = batch.select(order)
     micro_batch_size = geometry.micro_batch_size
     cut = geometry.log_prob_cut(rows.lengths)
+    real = int(rows.lengths.sum())
     if cut is not None:
+        computed = computed_tokens(rows, cut, actor.sequence_multiple)
         outs, start = [], 0
         for size in cut:
             outs.append(lp_ops.compute_log_probs(
@@ -106,11 +115,23 @@ def _passes(batch: PolicyBatch, chunks: list[Any], actor: "Actor", geometry: Ste
     else:
         extra = -n % micro_batch_size
         inputs = rows if extra == 0 else concat_batches([rows, padding_rows(rows, extra)])
+        computed = computed_tokens(inputs, _equal_cuts(len(inputs), micro_batch_size), actor.sequence_multiple)
         out = lp_ops.compute_log_probs(
             chunks, inputs, micro_batch_size=micro_batch_size, temperature=actor.temperature,
             sequence_multiple=actor.sequence_multiple,
         )[:n]
-    return out[inverse.to(out.device)]
+    return out[inverse.to(out.device)], (real, computed)
+
+
+def computed_tokens(batch: PolicyBatch, micro_batches: list[int] | tuple[int, ...], multiple: int | None) -> int:
+    """Tokens a forward pass computes over ``batch`` cut into consecutive micro-batches of
+    ``micro_batches`` rows: each micro-batch at its longest row rounded up to ``multiple``
+    (:func:`~fastrl.training.geometry.padded_token_share`,
+    :func:`~fastrl.models.logprobs.fit_micro_batches`); with pipeline parallelism or ``multiple``
+    None every micro-batch at the batch's ``T`` (one fixed shape between stages; no trimming)."""
+    if multiple is None or collectives.pipeline_size() > 1:
+        return len(batch) * batch.seq_length
+    return padded_token_share(batch.lengths, micro_batches, multiple)[1]
 
 
 def update_policy(
@@ -121,8 +142,9 @@ def update_policy(
     ``plan.update_rows`` (its micro-batch cut and LR position from the plan, the position set on
     ``scheduler``, the train state's LR schedule,
     :meth:`~fastrl.training.geometry.StepGeometry.plan_update`; ``batch`` already in ``plan.row_order``);
-    returns the mean of each update metric, ``actor/updates`` and the padded share of the
-    update's computed tokens (``actor/padding_fraction``).
+    returns the mean of each update metric, ``actor/updates``, the padded share of the
+    update's computed tokens (``actor/padding_fraction``) and its real (prompt + response) tokens
+    in one pass over this rank's rows (``actor/update_tokens``; zero-weight padding rows included).
 
     ``on_policy_rows`` (``plan.update_rows[0]``, or 0): the first update is on-policy
     (:attr:`~fastrl.config.RunConfig.on_policy_first_update`; its rows' ``old_log_probs`` are NaN
@@ -171,18 +193,17 @@ def update_policy(
             else:
                 out = actor.update(part, micro_sizes=cut, lr_position=next(positions), dp_size=plan.dp_size, scheduler=scheduler)
             if epoch == 0:
-                r, c = padded_token_share(
-                    part.lengths, micro if micro is not None else _equal_cuts(size, actor.micro_batch_size),
-                    actor.sequence_multiple,
+                real += int(part.lengths.sum())
+                computed += computed_tokens(
+                    part, micro if micro is not None else _equal_cuts(size, actor.micro_batch_size), actor.sequence_multiple
                 )
-                real += r
-                computed += c if collectives.pipeline_size() == 1 else size * part.seq_length  # PP: one fixed shape
             start += size
             for k, v in out.items():
                 collected.setdefault(k, []).append(v)
     m = {k: sum(v) / len(v) for k, v in collected.items()}
     m["actor/updates"] = float(plan.updates)
     m["actor/padding_fraction"] = 1.0 - real / computed if computed else 0.0
+    m["actor/update_tokens"] = float(real)
     return m
 
 

@@ -50,8 +50,8 @@ def _batch(n: int = 3) -> PolicyBatch:
 def test_padding_rows_carry_no_loss_weight():
     batch = _batch()
     pad = padding_rows(batch, 2)
-    assert len(pad) == 2 and torch.equal(pad.input_ids, batch.input_ids[[0, 0]])
-    assert torch.equal(pad.attention_mask, batch.attention_mask[[0, 0]])  # an ordinary forward pass
+    assert len(pad) == 2 and torch.equal(pad.input_ids, batch.input_ids[[1, 1]])  # the shortest row
+    assert torch.equal(pad.attention_mask, batch.attention_mask[[1, 1]])  # an ordinary forward pass
     assert not pad.response_mask.any() and pad.advantages.tolist() == [0.0, 0.0]
     assert loss_denominator(pad.response_mask, "token-mean") == 0
     assert loss_denominator(pad.response_mask, "seq-mean-token-mean") == 0
