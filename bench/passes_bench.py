@@ -14,7 +14,11 @@ Variants (``trainer.*`` settings, docs/algorithm.md, "Old-policy log-probs" and 
 - ``on_policy``: ``group_by_length=false``: the first update's rows take their own forward's
   log-probs (no old-policy pass with one update per step);
 - ``grouped``: ``old_log_probs=recompute``: rows grouped by length only;
-- ``after``: the defaults (both).
+- ``after``: the defaults (both);
+- ``tokens``: the defaults with micro-batches cut by a budget of 600 real tokens
+  (``trainer.micro_batch_tokens=600``, at most ``parallel.micro_batch_size`` rows an update
+  micro-batch, 8x that a log-prob one): fewer rows of similar length a micro-batch, so less
+  padding where a few kept rows spread over a wide range of lengths.
 
 Report (``OUT/passes.md`` and ``.json``), per run, means over the steps after the first: the phase
 seconds (old, ref, update and their sum: the trainer's passes), the step, ``actor/padding_fraction``
@@ -46,6 +50,7 @@ VARIANTS = {
     "on_policy": ["trainer.group_by_length=false"],
     "grouped": ["trainer.old_log_probs=recompute"],
     "after": [],
+    "tokens": ["trainer.micro_batch_tokens=600"],
 }
 #: (GRPO recipe, pruning recipe) pairs; the pruning row's kept-token prediction uses the GRPO row.
 PAIRS = {
