@@ -422,14 +422,17 @@ def collect(out: Path, seeds: list[int], labels: list[str]) -> dict[int, dict[st
 
 
 def estimand_steps(run_dir: Path, label: str, t_grpo: float | None) -> set[int]:
-    """The steps of the run's checkpoints an estimand reads: GRPO's last (its final accuracy); a
+    """The steps of the run's checkpoints an estimand reads: GRPO's last trained step (its final
+    accuracy; from ``metrics.jsonl``, since its checkpoint may be evaluated and deleted already); a
     budget row's step :data:`GRPO_STEPS` (equal steps) and its last at or before ``t_grpo`` (equal
     time)."""
     from fastrl.checkpoint.manager import CheckpointManager
 
-    found = [(c.step, CheckpointManager.verify(c.path).get("train_seconds")) for c in checkpoints_to_evaluate(run_dir)]
     if not BY_LABEL[label].budget:
-        return {max(s for s, _ in found)} if found else set()
+        steps = [r["step"] for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
+                 if r.get("kind") == "train" and "time/train_elapsed" in r]
+        return {int(steps[-1])} if steps else set()
+    found = [(c.step, CheckpointManager.verify(c.path).get("train_seconds")) for c in checkpoints_to_evaluate(run_dir)]
     before = [s for s, t in sorted(found, key=lambda c: c[0]) if t is not None and t_grpo is not None and t <= t_grpo]
     return {GRPO_STEPS, *before[-1:]}
 

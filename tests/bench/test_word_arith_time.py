@@ -1,6 +1,7 @@
 """The equal-training-time benchmark's estimands on synthetic evaluations with known answers, and the
 paired statistics it uses (bench/word_arith_time.py, bench/paired_stats.py)."""
 
+import json
 import math
 import shutil
 from pathlib import Path
@@ -88,8 +89,9 @@ def test_band_keeps_only_the_checkpoint_before_grpos_time():
 
 
 def test_estimand_steps_are_grpos_last_and_the_rows_equal_time_and_equal_steps(tmp_path, monkeypatch):
-    """catches: the first pass evaluating GRPO's first checkpoint instead of its last, or a budget
-    row's checkpoint after T_G."""
+    """catches: the first pass evaluating GRPO's first checkpoint instead of its last, GRPO's last
+    kept checkpoint instead of its last step (whose checkpoint was evaluated and deleted), or a
+    budget row's checkpoint after T_G."""
     from bench.eval_checkpoints import CheckpointInfo
     from fastrl.checkpoint.manager import CheckpointManager
 
@@ -97,7 +99,9 @@ def test_estimand_steps_are_grpos_last_and_the_rows_equal_time_and_equal_steps(t
     monkeypatch.setattr(word_arith_time, "checkpoints_to_evaluate",
                         lambda run_dir: [CheckpointInfo(tmp_path / str(s), s) for s in sorted(seconds)])
     monkeypatch.setattr(CheckpointManager, "verify", staticmethod(lambda path: {"train_seconds": seconds[int(Path(path).name)]}))
-    assert word_arith_time.estimand_steps(tmp_path, "grpo", None) == {51}
+    (tmp_path / "metrics.jsonl").write_text("".join(
+        json.dumps({"kind": "train", "step": s, "time/train_elapsed": 36.0 * s}) + "\n" for s in range(1, 61)))
+    assert word_arith_time.estimand_steps(tmp_path, "grpo", None) == {60}  # step 60: evaluated, deleted
     assert word_arith_time.estimand_steps(tmp_path, PRIMARY, 1744.8) == {20, 48}
 
 
