@@ -27,9 +27,12 @@ def add_log_probs(
     old_from: int = 0, engine_old: bool = False,
 ) -> tuple[PolicyBatch, Metrics]:
     """``batch`` with ``old_log_probs`` (and ``ref_log_probs`` when there is a reference policy),
-    float32 [N, T]: a new batch, ``batch`` is unchanged; metrics: the engine/trainer log-prob
-    mismatch (:func:`~fastrl.models.logprobs.reduce_mismatch_metrics`) when every row has its old
-    log-probs here, else none (the update measures it: :func:`update_policy`).
+    float32 [N, T]: a new batch, ``batch`` is unchanged; metrics: ``actor/log_prob_padding_fraction``
+    (the share of the tokens the reference and old-policy passes computed that is padding,
+    :func:`computed_tokens`; the zero-weight rows that fill a pass's last micro-batch count as
+    padding; 0 when neither pass runs), and the engine/trainer log-prob mismatch
+    (:func:`~fastrl.models.logprobs.reduce_mismatch_metrics`) when every row has its old log-probs
+    here (else the update measures it: :func:`update_policy`).
 
     ``old_from``: the rows before it are the step's first, on-policy update
     (:attr:`~fastrl.config.RunConfig.on_policy_first_update`), whose old log-probs that update's
@@ -45,11 +48,11 @@ def add_log_probs(
     micro-batches hold rows of similar length (little padding; exact: a row's log-probs do not
     depend on its micro-batch). ``N`` need not be a multiple of
     ``geometry.micro_batch_size`` (the full batch before pruning, e.g. after DAPO's filter): the forward
-    passes run on the batch padded with zero-weight copies of row 0
+    passes run on the batch padded with zero-weight copies of its shortest row
     (:func:`~fastrl.training.rollout_batch.padding_rows`), whose log-probs are dropped.
     ``geometry.micro_batch_tokens > 0`` (free geometry, no pipeline parallelism): the passes run over
     micro-batches of at most that many tokens and ``geometry.log_prob_max_rows`` rows instead, no
-    padding (:meth:`~fastrl.training.geometry.StepGeometry.log_prob_cut`).
+    padding rows (:meth:`~fastrl.training.geometry.StepGeometry.log_prob_cut`).
 
     Raises:
         ValueError: no engine log-probs on the batch, or ``old_from`` outside ``[0, N]``.

@@ -98,3 +98,16 @@ def test_the_update_reports_its_real_tokens_and_padded_share():
         start += size
     assert m["actor/update_tokens"] == 37.0
     assert m["actor/padding_fraction"] == pytest.approx(1.0 - 37 / computed) and computed < 5 * 11
+
+
+def test_computed_tokens_round_to_the_sequence_multiple_and_take_the_fixed_shape_under_pp(monkeypatch):
+    # catches: computed tokens counted without the FP8 / sequence-parallel multiple, or trimmed
+    # micro-batches counted under pipeline parallelism (one fixed [T, micro_batch_size] shape)
+    scored = scored_rollouts([3, 2], [[8, 1, 6], [4, 5]])
+    batch = to_policy_batch(scored, range(5), pad_token_id=0, pad_to_multiple=4)  # lengths 11, 4, 9, 6, 7; T 12
+    assert batch.seq_length == 12
+    micro = lp_ops.fit_micro_batches([batch.select(range(0, 2)), batch.select(range(2, 4)), batch.select([4])], 4)
+    assert update_phase.computed_tokens(batch, [2, 2, 1], 4) == sum(len(mb) * mb.seq_length for mb in micro) == 56
+    assert update_phase.computed_tokens(batch, [2, 2, 1], 1) == 2 * 11 + 2 * 9 + 7
+    monkeypatch.setattr(update_phase.collectives, "pipeline_size", lambda: 2)
+    assert update_phase.computed_tokens(batch, [2, 2, 1], 4) == 5 * 12
