@@ -9,8 +9,9 @@ training (outside the step times) and no test split is evaluated.
 
 Variants (``trainer.*`` settings, docs/algorithm.md, "Old-policy log-probs" and "Length grouping"):
 
-- ``before``: ``old_log_probs=recompute group_by_length=false``, the trainer as it was: the
-  old-policy pass over every kept row, rows in the order pruning left them;
+- ``before``: ``old_log_probs=recompute group_by_length=false micro_batch_tokens=0``, the trainer
+  as it was: the old-policy pass over every kept row, rows in the order pruning left them,
+  micro-batches of ``parallel.micro_batch_size`` rows;
 - ``on_policy``: ``group_by_length=false``: the first update's rows take their own forward's
   log-probs (no old-policy pass with one update per step);
 - ``grouped``: ``old_log_probs=recompute``: rows grouped by length only;
@@ -18,15 +19,18 @@ Variants (``trainer.*`` settings, docs/algorithm.md, "Old-policy log-probs" and 
 - ``tokens``: the defaults with micro-batches cut by a budget of 600 real tokens
   (``trainer.micro_batch_tokens=600``, at most ``parallel.micro_batch_size`` rows an update
   micro-batch, 8x that a log-prob one): fewer rows of similar length a micro-batch, so less
-  padding where a few kept rows spread over a wide range of lengths.
+  padding where a few kept rows spread over a wide range of lengths. The SmolLM2 recipes set
+  this budget themselves, so there ``after`` and ``tokens`` are the same settings.
 
 Report (``OUT/passes.md`` and ``.json``), per run, means over the steps after the first: the phase
 seconds (old, ref, update and their sum: the trainer's passes), the step, ``actor/padding_fraction``
-(the update's computed tokens that are padding), the kept and total response tokens; per recipe the
-passes' change against ``before``; per pruning recipe its passes against the kept-token prediction
-(the GRPO run of the same variant, per response token, times the pruning run's kept response
-tokens); and step 1's loss and gradient norm in every variant (identical rollouts: the variants
-must agree to float tolerance there).
+(the update's computed tokens that are padding) and ``actor/log_prob_padding_fraction`` (the old /
+reference passes'; 0.0% for runs that do not log it), the kept and total response tokens; per
+recipe the passes' change against ``before``; per pruning recipe its passes against the kept-token
+prediction (the GRPO run of the same variant, per response token, times the pruning run's kept
+response tokens; and per real prompt + response token, ``actor/update_tokens``); and step 1's loss
+and gradient norm in every variant (identical rollouts: the variants must agree to float tolerance
+there).
 
     python bench/passes_bench.py --out bench/results/passes/2026-12-07 --steps 3
     python bench/passes_bench.py --quick --out /tmp/passes                # tiny easy-vqa rows, 2 steps
@@ -46,7 +50,7 @@ from bench.algorithms import COMMON, load, measure_run  # noqa: E402
 from bench.heldout import Row, run_one  # noqa: E402
 
 VARIANTS = {
-    "before": ["trainer.old_log_probs=recompute", "trainer.group_by_length=false"],
+    "before": ["trainer.old_log_probs=recompute", "trainer.group_by_length=false", "trainer.micro_batch_tokens=0"],
     "on_policy": ["trainer.group_by_length=false"],
     "grouped": ["trainer.old_log_probs=recompute"],
     "after": [],
