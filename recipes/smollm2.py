@@ -80,7 +80,7 @@ def _smollm2_base(name: str) -> RunConfig:
         reward=RewardConfig(name="recipes/word_arith.py:word_arith_reward"),
         optimizer=OptimizerConfig(lr=1e-5, weight_decay=1e-2, clip_grad=1.0),
         warm_start=WarmStartConfig(enabled=False),
-        # micro-batches of at most 600 real tokens (3-4 rows here): a pruned step keeps 14-18 rows whose
+        # micro-batches of at most 600 real tokens (3-4 rows here): a pruned step keeps 14-15 rows whose
         # lengths spread widely, and 8-row micro-batches left 12.6% of FastRL's update padding (4.8% at
         # 600; GRPO 3.6% -> 1.1%; docs/results.md, 'The trainer's passes')
         trainer=TrainerConfig(epochs=1, max_steps=20, mini_batch_prompts=8, val_every=0, micro_batch_tokens=600),
