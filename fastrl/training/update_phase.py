@@ -131,7 +131,13 @@ def computed_tokens(batch: PolicyBatch, micro_batches: list[int] | tuple[int, ..
     ``micro_batches`` rows: each micro-batch at its longest row rounded up to ``multiple``
     (:func:`~fastrl.training.geometry.padded_token_share`,
     :func:`~fastrl.models.logprobs.fit_micro_batches`); with pipeline parallelism or ``multiple``
-    None every micro-batch at the batch's ``T`` (one fixed shape between stages; no trimming)."""
+    None every micro-batch at the batch's ``T`` (one fixed shape between stages; no trimming).
+
+    Raises:
+        ValueError: the micro-batch sizes do not sum to the batch's row count.
+    """
+    if sum(micro_batches) != len(batch):
+        raise ValueError(f"micro-batch sizes {list(micro_batches)} do not split a batch of {len(batch)} rollouts")
     if multiple is None or collectives.pipeline_size() > 1:
         return len(batch) * batch.seq_length
     return padded_token_share(batch.lengths, micro_batches, multiple)[1]

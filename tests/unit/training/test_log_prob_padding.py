@@ -101,8 +101,9 @@ def test_the_update_reports_its_real_tokens_and_padded_share():
 
 
 def test_computed_tokens_round_to_the_sequence_multiple_and_take_the_fixed_shape_under_pp(monkeypatch):
-    # catches: computed tokens counted without the FP8 / sequence-parallel multiple, or trimmed
-    # micro-batches counted under pipeline parallelism (one fixed [T, micro_batch_size] shape)
+    # catches: computed tokens counted without the FP8 / sequence-parallel multiple, trimmed
+    # micro-batches counted under pipeline parallelism (one fixed [T, micro_batch_size] shape), or a
+    # cut that does not cover the batch accepted there
     scored = scored_rollouts([3, 2], [[8, 1, 6], [4, 5]])
     batch = to_policy_batch(scored, range(5), pad_token_id=0, pad_to_multiple=4)  # lengths 11, 4, 9, 6, 7; T 12
     assert batch.seq_length == 12
@@ -111,3 +112,5 @@ def test_computed_tokens_round_to_the_sequence_multiple_and_take_the_fixed_shape
     assert update_phase.computed_tokens(batch, [2, 2, 1], 1) == 2 * 11 + 2 * 9 + 7
     monkeypatch.setattr(update_phase.collectives, "pipeline_size", lambda: 2)
     assert update_phase.computed_tokens(batch, [2, 2, 1], 4) == 5 * 12
+    with pytest.raises(ValueError, match="do not split a batch of 5"):  # a cut that is not the batch's
+        update_phase.computed_tokens(batch, [2, 2], 4)
