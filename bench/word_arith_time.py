@@ -78,7 +78,7 @@ sys.path.insert(0, str(REPO))
 from bench import paired_stats  # noqa: E402
 from bench.algorithms import COMMON, seed_overrides  # noqa: E402
 from bench.eval_checkpoints import checkpoints_to_evaluate, evaluate_run  # noqa: E402
-from bench.heldout import Row, _finite, paired_interval, ratio_interval, run_one, time_to_accuracy  # noqa: E402
+from bench.heldout import Row, _finite, paired_interval, ratio_interval, run_one  # noqa: E402
 
 GRPO_STEPS = 20
 BUDGET_S = 2400.0
@@ -220,16 +220,23 @@ def drop_unused_band(run_dir: Path, t_grpo: float | None) -> list[int]:
 
 def load_curve(run_dir: Path) -> list[dict]:
     """The run's evaluations on the test split (``evals/curve.json`` entries of :data:`TEST_PATH` /
-    :data:`TEST_SIZE`, by training time), each with ``outcomes``: question id -> 1 correct / 0 not."""
+    :data:`TEST_SIZE`, by training time), each with ``outcomes``: question id -> 1 correct / 0 not;
+    and a placeholder with ``outcomes`` None for each kept checkpoint not evaluated yet (an
+    estimand that would read it is pending, :func:`seed_comparison`, not computed without it)."""
+    from fastrl.checkpoint.manager import CheckpointManager
+
     path = run_dir / "evals" / "curve.json"
-    if not path.is_file():
-        return []
     out = []
-    for e in json.loads(path.read_text()):
+    for e in json.loads(path.read_text()) if path.is_file() else []:
         if e.get("test_path") != TEST_PATH or e.get("test_size") != TEST_SIZE:
             continue
         rows = [json.loads(x) for x in (run_dir / e["per_question"]).read_text().splitlines() if x.strip()]
         out.append({**e, "outcomes": {r["id"]: int(r["correct"] > 0) for r in rows}})
+    done = {e["step"] for e in out}
+    for ck in checkpoints_to_evaluate(run_dir) if (run_dir / "checkpoints").is_dir() else []:
+        if ck.step not in done:
+            out.append({"step": ck.step, "train_seconds": CheckpointManager.verify(ck.path).get("train_seconds"),
+                        "outcomes": None})
     return sorted(out, key=lambda e: (e["train_seconds"], e["step"]))
 
 
@@ -258,23 +265,57 @@ def paired(a: dict, b: dict) -> tuple[list[int], list[int]]:
     return [a["outcomes"][i] for i in ids], [b["outcomes"][i] for i in ids]
 
 
+def reach_time(curve: list[dict], target: float) -> float | str | None:
+    """As :func:`bench.heldout.time_to_accuracy`, over ``curve`` (training-time order): the seconds at the
+    first of two consecutive evaluations at or above ``target``; ``"pending"`` when an unevaluated
+    checkpoint (``outcomes`` None) comes before that is decided; None when no two consecutive are."""
+    for e, nxt in zip(curve, [*curve[1:], None]):
+        if e["outcomes"] is None:
+            return "pending"
+        if accuracy(e) < target or nxt is None:
+            continue
+        if nxt["outcomes"] is None:
+            return "pending"
+        if accuracy(nxt) >= target:
+            return e["train_seconds"]
+    return None
+
+
 def seed_comparison(row_curve: list[dict], base_curve: list[dict]) -> dict:
-    """One seed's estimands for a row against GRPO (``base_curve``, whose last evaluation is its final
+    """One seed's estimands for a row against GRPO (``base_curve``, whose last entry is its final
     step): ``t_grpo``, ``equal_time`` / ``equal_steps`` (the row's evaluation used, accuracy, the
-    difference, McNemar's p, the per-question differences) and ``time_to_grpo`` (seconds, or None)."""
+    difference, McNemar's p, the per-question differences) and ``time_to_grpo`` (seconds, or None:
+    not reached). ``pending``: the estimands whose checkpoint is kept but not evaluated yet
+    (:func:`load_curve`'s placeholders; each of them is None here): all three when GRPO's final
+    step is.
+
+    Raises:
+        ValueError: ``base_curve`` is empty."""
+    if not base_curve:
+        raise ValueError("GRPO's curve is empty: evaluate its final checkpoint first (--eval-only)")
     final = base_curve[-1]
+    out: dict = {"t_grpo": final["train_seconds"], "grpo_step": final["step"], "pending": []}
+    if final["outcomes"] is None:
+        return {**out, "grpo_accuracy": None, "equal_time": None, "equal_steps": None, "time_to_grpo": None,
+                "sooner": None, "budget_end": row_curve[-1]["train_seconds"] if row_curve else None,
+                "pending": ["equal_time", "equal_steps", "time_to_grpo"]}
     t_g, acc_g = final["train_seconds"], accuracy(final)
-    out: dict = {"t_grpo": t_g, "grpo_accuracy": acc_g, "grpo_step": final["step"]}
+    out["grpo_accuracy"] = acc_g
     for name, entry in (("equal_time", at_time(row_curve, t_g)), ("equal_steps", at_step(row_curve, final["step"]))):
-        if entry is None:
+        if entry is None or entry["outcomes"] is None:
             out[name] = None
+            if entry is not None:
+                out["pending"].append(name)
             continue
         a, b = paired(entry, final)
         n10, n01 = paired_stats.discordant(a, b)
         out[name] = {"step": entry["step"], "train_seconds": entry["train_seconds"], "accuracy": accuracy(entry),
                      "diff": accuracy(entry) - acc_g, "mcnemar_p": paired_stats.mcnemar_exact(n10, n01),
                      "question_diffs": [x - y for x, y in zip(a, b)]}
-    reach = time_to_accuracy([(e["train_seconds"], accuracy(e)) for e in row_curve], acc_g)
+    reach = reach_time(row_curve, acc_g)
+    if reach == "pending":
+        out["pending"].append("time_to_grpo")
+        reach = None
     out["time_to_grpo"] = reach
     out["sooner"] = t_g / reach if reach else None
     out["budget_end"] = row_curve[-1]["train_seconds"] if row_curve else None
@@ -301,7 +342,9 @@ def summarize(per_seed: dict[int, dict[str, list[dict]]], labels: list[str], *, 
                          "p": boot[3]}
         sooner = [c["sooner"] for c in comps.values() if c["sooner"]]
         row["sooner_mean"], row["sooner_ci95"] = ratio_interval(sooner)
-        row["not_reached"] = sum(1 for c in comps.values() if c["time_to_grpo"] is None)
+        row["not_reached"] = sum(1 for c in comps.values() if c["time_to_grpo"] is None and "time_to_grpo" not in c["pending"])
+        row["pending"] = {name: sum(1 for c in comps.values() if name in c["pending"])
+                          for name in ("equal_time", "equal_steps", "time_to_grpo")}
         out.append(row)
     for name in ("equal_time", "equal_steps"):
         family = {r["label"]: r[name]["p"] for r in out if r["label"] != PRIMARY and not math.isnan(r[name]["p"])}
@@ -364,6 +407,11 @@ def markdown(summary: list[dict], power: dict) -> str:
                      f"{_ci(s['boot_ci95'])} | {s['p']:.3f} ({s['p_holm']:.3f}) |")
     lines += ["", "With few seeds the bootstrap draws from few seeds and understates the training noise; the t "
               "interval over seeds is the one to read until there are about eight."]
+    waiting = [f"{r['label']}: " + ", ".join(f"{k} {v}" for k, v in r["pending"].items() if v)
+               for r in summary if any(r["pending"].values())]
+    if waiting:
+        lines += ["", "Pending, seeds whose estimand reads a kept checkpoint not evaluated yet (left out of the "
+                  "columns above; `--eval-only` evaluates them): " + "; ".join(waiting) + "."]
     lines += ["", "Per seed (GRPO's training time T_G for its steps and its final accuracy; each row's checkpoint at or "
               "before T_G, its accuracy, McNemar p against GRPO, and its time to GRPO's accuracy):", ""]
     for r in summary:
@@ -371,8 +419,12 @@ def markdown(summary: list[dict], power: dict) -> str:
             e = c["equal_time"]
             used = "-" if e is None else (f"step {e['step']} at {e['train_seconds']:.0f} s: {_pt(e['accuracy'], False)}% "
                                           f"({_pt(e['diff'])}, McNemar p {e['mcnemar_p']:.3f})")
-            reach = "not reached" if c["time_to_grpo"] is None else f"{c['time_to_grpo']:.0f} s ({c['sooner']:.2f}x sooner)"
-            lines.append(f"- seed {s}, {r['label']}: T_G {c['t_grpo']:.0f} s, GRPO {_pt(c['grpo_accuracy'], False)}%; "
+            if "equal_time" in c["pending"]:
+                used = "pending (its checkpoint is not evaluated yet)"
+            reach = ("pending (checkpoints not evaluated yet)" if "time_to_grpo" in c["pending"] else "not reached"
+                     if c["time_to_grpo"] is None else f"{c['time_to_grpo']:.0f} s ({c['sooner']:.2f}x sooner)")
+            grpo = "pending" if c["grpo_accuracy"] is None else f"{_pt(c['grpo_accuracy'], False)}%"
+            lines.append(f"- seed {s}, {r['label']}: T_G {c['t_grpo']:.0f} s, GRPO {grpo}; "
                          f"{used}; to GRPO's accuracy: {reach}; budget ended at {c['budget_end']:.0f} s")
     lines += ["", f"Power, from the committed 20-step runs (bench/results/word_arith, 300 test problems): accuracy "
               f"{_pt(power['p'], False)}%, between-seed SD of a row's accuracy {_pt(power['seed_sd'], False)} points, of "
@@ -398,12 +450,12 @@ def plot(per_seed: dict[int, dict[str, list[dict]]], labels: list[str], path: Pa
     fig, axes = plt.subplots(1, len(seeds), figsize=(4.5 * len(seeds), 3.6), squeeze=False, sharey=True)
     for ax, s in zip(axes[0], seeds):
         for label in labels:
-            curve = per_seed[s].get(label) or []
+            curve = [e for e in per_seed[s].get(label) or [] if e["outcomes"] is not None]  # evaluated only
             if curve:
                 ax.plot([e["train_seconds"] / 60 for e in curve], [100 * accuracy(e) for e in curve], marker="o",
                         markersize=3, label=label)
         base = per_seed[s].get(BASE)
-        if base:
+        if base and base[-1]["outcomes"] is not None:
             ax.axhline(100 * accuracy(base[-1]), color="grey", linestyle="--", linewidth=0.8)
             ax.axvline(base[-1]["train_seconds"] / 60, color="grey", linestyle=":", linewidth=0.8)
         ax.set_title(f"seed {s}")

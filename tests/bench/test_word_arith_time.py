@@ -224,3 +224,48 @@ def test_two_passes_delete_only_the_unused_band_and_evaluate_every_kept_checkpoi
     # the report's estimand (a) reads the checkpoint the band kept: at_time over the evaluated curve
     curve = sorted((_entry(s, seconds[s], 1) for s in evaluated), key=lambda e: e["train_seconds"])
     assert at_time(curve, 1744.8)["step"] == 48
+
+
+def _pending(step, seconds):
+    return {"step": step, "train_seconds": seconds, "outcomes": None}
+
+
+def test_estimands_that_read_an_unevaluated_checkpoint_are_pending():
+    """catches: an estimand computed from the evaluated checkpoints alone while a kept one is not
+    evaluated yet: equal time read at an earlier checkpoint (step 20 for the pending step 38), the
+    time to GRPO's accuracy decided past a pending checkpoint, or GRPO's unevaluated final step
+    used as if evaluated."""
+    row = [ROW[0], ROW[1], _pending(38, 2700.0), ROW[3], ROW[4]]
+    c = seed_comparison(row, GRPO)
+    assert c["equal_time"] is None and c["time_to_grpo"] is None and c["sooner"] is None
+    assert c["pending"] == ["equal_time", "time_to_grpo"] and c["equal_steps"]["step"] == 20
+    # decided before the pending checkpoint: reached at step 38 (confirmed by step 44), step 51 unevaluated
+    done = seed_comparison(ROW[:4] + [_pending(51, 3900.0)], GRPO)
+    assert done["pending"] == [] and done["time_to_grpo"] == 2700.0 and done["equal_time"]["step"] == 38
+    # a row whose only checkpoint at or above GRPO's accuracy waits for its confirmation
+    assert seed_comparison(ROW[:3] + [_pending(44, 3300.0)], GRPO)["pending"] == ["time_to_grpo"]
+    base = seed_comparison(ROW, GRPO[:1] + [_pending(20, 3000.0)])
+    assert base["pending"] == ["equal_time", "equal_steps", "time_to_grpo"] and base["grpo_accuracy"] is None
+    summary = summarize({1: {"grpo": GRPO, PRIMARY: row}}, ["grpo", PRIMARY], resamples=10)[0]
+    assert summary["pending"] == {"equal_time": 1, "equal_steps": 0, "time_to_grpo": 1}
+    assert summary["not_reached"] == 0 and summary["equal_time"]["seeds"] == 0
+    assert "Pending" in word_arith_time.markdown([summary], word_arith_time.committed_power())
+
+
+def test_load_curve_holds_a_placeholder_for_each_unevaluated_kept_checkpoint(tmp_path, monkeypatch):
+    """catches: load_curve returning the evaluated checkpoints alone (the report would then read an
+    estimand from an earlier checkpoint than its own)."""
+    from bench.eval_checkpoints import CheckpointInfo
+    from fastrl.checkpoint.manager import CheckpointManager
+
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "evals").mkdir()
+    (tmp_path / "evals" / "q.jsonl").write_text('{"id": "a", "correct": 1}\n{"id": "b", "correct": 0}\n')
+    (tmp_path / "evals" / "curve.json").write_text(json.dumps([
+        {"step": 20, "train_seconds": 900.0, "test_path": word_arith_time.TEST_PATH, "test_size": word_arith_time.TEST_SIZE,
+         "per_question": "evals/q.jsonl"}]))
+    seconds = {20: 900.0, 48: 1710.0}  # step 20 evaluated and deleted in practice; 48 kept, not evaluated
+    monkeypatch.setattr(word_arith_time, "checkpoints_to_evaluate", lambda run_dir: [CheckpointInfo(tmp_path / "48", 48)])
+    monkeypatch.setattr(CheckpointManager, "verify", staticmethod(lambda path: {"train_seconds": seconds[int(Path(path).name)]}))
+    curve = word_arith_time.load_curve(tmp_path)
+    assert [(e["step"], e["outcomes"]) for e in curve] == [(20, {"a": 1, "b": 0}), (48, None)]
