@@ -28,9 +28,9 @@ def add_log_probs(
 ) -> tuple[PolicyBatch, Metrics]:
     """``batch`` with ``old_log_probs`` (and ``ref_log_probs`` when there is a reference policy),
     float32 [N, T]: a new batch, ``batch`` is unchanged; metrics: ``actor/log_prob_padding_fraction``
-    (the share of the tokens the reference and old-policy passes computed that is padding,
-    :func:`computed_tokens`; the zero-weight rows that fill a pass's last micro-batch count as
-    padding; 0 when neither pass runs), and the engine/trainer log-prob mismatch
+    (the share of the tokens the reference and old-policy passes computed that is padding, over
+    all data-parallel ranks, :func:`computed_tokens`; the zero-weight rows that fill a pass's last
+    micro-batch count as padding; 0 when neither pass runs), and the engine/trainer log-prob mismatch
     (:func:`~fastrl.models.logprobs.reduce_mismatch_metrics`) when every row has its old log-probs
     here (else the update measures it: :func:`update_policy`).
 
@@ -81,7 +81,7 @@ def add_log_probs(
     head = torch.full((old_from, batch.seq_length), float("nan"), dtype=torch.float32, device=later.device)
     added["old_log_probs"] = torch.cat([head, later]) if old_from else later
     out = batch.with_tensors(**added)
-    real, computed = (sum(c) for c in zip(*tokens))
+    real, computed = _dp_sums(*(sum(c) for c in zip(*tokens)))
     metrics = {"actor/log_prob_padding_fraction": 1.0 - real / computed if computed else 0.0}
     if old_from:
         return out, metrics
@@ -153,7 +153,8 @@ def update_policy(
     :meth:`~fastrl.training.geometry.StepGeometry.plan_update`; ``batch`` already in ``plan.row_order``);
     returns the mean of each update metric, ``actor/updates``, the padded share of the
     update's computed tokens (``actor/padding_fraction``) and its real (prompt + response) tokens
-    in one pass over this rank's rows (``actor/update_tokens``; zero-weight padding rows included).
+    in one pass over the rows (``actor/update_tokens``; zero-weight padding rows included), both
+    summed over the data-parallel ranks.
 
     ``on_policy_rows`` (``plan.update_rows[0]``, or 0): the first update is on-policy
     (:attr:`~fastrl.config.RunConfig.on_policy_first_update`; its rows' ``old_log_probs`` are NaN
@@ -211,9 +212,19 @@ def update_policy(
                 collected.setdefault(k, []).append(v)
     m = {k: sum(v) / len(v) for k, v in collected.items()}
     m["actor/updates"] = float(plan.updates)
+    real, computed = _dp_sums(real, computed)
     m["actor/padding_fraction"] = 1.0 - real / computed if computed else 0.0
     m["actor/update_tokens"] = float(real)
     return m
+
+
+def _dp_sums(real: int, computed: int) -> tuple[float, float]:
+    """``(real, computed)`` tokens summed over the data-parallel ranks (every rank calls this alike),
+    so that a padded share is the step's, not one rank's."""
+    import torch
+
+    total = collectives.all_reduce_sum_dp(torch.tensor([float(real), float(computed)], dtype=torch.float64))
+    return float(total[0]), float(total[1])
 
 
 def _equal_cuts(rows: int, size: int) -> list[int]:

@@ -114,3 +114,27 @@ def test_computed_tokens_round_to_the_sequence_multiple_and_take_the_fixed_shape
     assert update_phase.computed_tokens(batch, [2, 2, 1], 4) == 5 * 12
     with pytest.raises(ValueError, match="do not split a batch of 5"):  # a cut that is not the batch's
         update_phase.computed_tokens(batch, [2, 2], 4)
+
+
+def test_padded_shares_are_summed_over_data_parallel_ranks(monkeypatch):
+    # catches: a padded share or update_tokens of this rank alone (another rank's 100 real of 300
+    # computed tokens left out)
+    other = torch.tensor([100.0, 300.0], dtype=torch.float64)
+    monkeypatch.setattr(update_phase.collectives, "all_reduce_sum_dp", lambda t: t + other)
+    monkeypatch.setattr(update_phase.lp_ops, "compute_log_probs", lambda chunks, batch, **kw: torch.full(batch.input_ids.shape, -0.5))
+    batch = _batch()
+    cfg = RunConfig(parallel=ParallelConfig(micro_batch_size=2))
+    geometry = step_geometry(cfg, 1, 2)
+    _, metrics = update_phase.add_log_probs(batch, _Actor(), None, geometry=geometry, phase=lambda name: contextlib.nullcontext())
+    assert metrics["actor/log_prob_padding_fraction"] == 1.0 - (37 + 100) / (2 * 11 + 2 * 7 + 2 * 4 + 300)
+    plan = geometry.plan_update(batch.lengths, step=1)
+
+    class Actor(_Actor):
+        micro_batch_size = 2
+
+        def update(self, part, **kw):
+            return {}
+
+    m = update_phase.update_policy(batch.select(plan.row_order), Actor(), plan, scheduler=None)
+    # this rank: micro-batches 11, 9 | 7, 6 | 4 run at 22 + 14 + 4 = 40 tokens
+    assert m["actor/update_tokens"] == 137.0 and m["actor/padding_fraction"] == 1.0 - 137 / 340
