@@ -81,8 +81,7 @@ def add_log_probs(
     head = torch.full((old_from, batch.seq_length), float("nan"), dtype=torch.float32, device=later.device)
     added["old_log_probs"] = torch.cat([head, later]) if old_from else later
     out = batch.with_tensors(**added)
-    real, computed = _dp_sums(*(sum(c) for c in zip(*tokens)))
-    metrics = {"actor/log_prob_padding_fraction": 1.0 - real / computed if computed else 0.0}
+    metrics = {"actor/log_prob_padding_fraction": _dp_padding(*(sum(c) for c in zip(*tokens)))[0]}
     if old_from:
         return out, metrics
     return out, {**metrics, **lp_ops.reduce_mismatch_metrics(lp_ops.mismatch_metrics(later, batch.engine_log_probs, batch.response_mask))}
@@ -212,19 +211,19 @@ def update_policy(
                 collected.setdefault(k, []).append(v)
     m = {k: sum(v) / len(v) for k, v in collected.items()}
     m["actor/updates"] = float(plan.updates)
-    real, computed = _dp_sums(real, computed)
-    m["actor/padding_fraction"] = 1.0 - real / computed if computed else 0.0
-    m["actor/update_tokens"] = float(real)
+    m["actor/padding_fraction"], m["actor/update_tokens"] = _dp_padding(real, computed)
     return m
 
 
-def _dp_sums(real: int, computed: int) -> tuple[float, float]:
-    """``(real, computed)`` tokens summed over the data-parallel ranks (every rank calls this alike),
-    so that a padded share is the step's, not one rank's."""
+def _dp_padding(real: int, computed: int) -> tuple[float, float]:
+    """The padded share ``1 - real / computed`` (0 when nothing was computed) and the real tokens,
+    both over the ``(real, computed)`` tokens summed over the data-parallel ranks (every rank calls
+    this alike), so that the share is the step's, not one rank's."""
     import torch
 
     total = collectives.all_reduce_sum_dp(torch.tensor([float(real), float(computed)], dtype=torch.float64))
-    return float(total[0]), float(total[1])
+    real_all, computed_all = float(total[0]), float(total[1])
+    return (1.0 - real_all / computed_all if computed_all else 0.0), real_all
 
 
 def _equal_cuts(rows: int, size: int) -> list[int]:
