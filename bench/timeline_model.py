@@ -16,27 +16,23 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from fastrl.models.model_dims import KNOWN_MODELS, ModelDims
+
 #: Elements of one flattened image patch: channels x temporal patch x patch x patch (3 x 2 x 14 x 14).
 PATCH_ELEMENTS = 3 * 2 * 14 * 14
 
 
 @dataclass(frozen=True)
 class Shapes:
-    """The dimensions of a Qwen2.5-VL model (Hugging Face ``config.json`` names) and its special token ids."""
+    """A Qwen2.5-VL model to write as ``config.json``: the dimensions that decide its parameter count
+    (``dims``, :class:`fastrl.models.model_dims.ModelDims`, as the memory plan reads them) and what
+    the config holds beyond them (Hugging Face ``config.json`` names): positions, the vision tower's
+    heads and full-attention blocks, and the special token ids."""
 
     name: str
-    hidden_size: int
-    num_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    intermediate_size: int
-    vocab_size: int
-    tie_word_embeddings: bool
+    dims: ModelDims
     max_position_embeddings: int
     rope_theta: float
-    vision_depth: int
-    vision_hidden_size: int
-    vision_intermediate_size: int
     vision_num_heads: int
     fullatt_block_indexes: tuple[int, ...]
     bos_token_id: int
@@ -53,24 +49,24 @@ class Shapes:
                    self.image_token_id, self.video_token_id)
 
 
-#: Qwen2.5-VL-3B-Instruct's published config.json (hub revision of 2025-02; ``fastrl.models.model_dims``
-#: counts its parameters from the same numbers: 3.75B).
+#: Qwen2.5-VL-3B-Instruct: the published dimensions the memory plan counts (``KNOWN_MODELS``: 3.75B
+#: parameters) and the rest of its published config.json (hub revision of 2025-02).
 QWEN25_VL_3B = Shapes(
-    name="Qwen2.5-VL-3B-Instruct architecture (random weights)", hidden_size=2048, num_layers=36,
-    num_attention_heads=16, num_key_value_heads=2, intermediate_size=11008, vocab_size=151936,
-    tie_word_embeddings=True, max_position_embeddings=128000, rope_theta=1000000.0, vision_depth=32,
-    vision_hidden_size=1280, vision_intermediate_size=3420, vision_num_heads=16, fullatt_block_indexes=(7, 15, 23, 31),
+    name="Qwen2.5-VL-3B-Instruct architecture (random weights)", dims=KNOWN_MODELS["Qwen/Qwen2.5-VL-3B-Instruct"],
+    max_position_embeddings=128000, rope_theta=1000000.0, vision_num_heads=16, fullatt_block_indexes=(7, 15, 23, 31),
     bos_token_id=151643, eos_token_id=151645, vision_start_token_id=151652, vision_end_token_id=151653,
     image_token_id=151655, video_token_id=151656,
 )
 
 #: The CPU smoke run's shapes: the same structure, tiny (the gpu_check training smoke's sizes).
 SMOKE = Shapes(
-    name="tiny Qwen2.5-VL (CPU smoke)", hidden_size=64, num_layers=2, num_attention_heads=4, num_key_value_heads=2,
-    intermediate_size=128, vocab_size=512, tie_word_embeddings=True, max_position_embeddings=4096,
-    rope_theta=10000.0, vision_depth=1, vision_hidden_size=32, vision_intermediate_size=128, vision_num_heads=1,
-    fullatt_block_indexes=(0,), bos_token_id=500, eos_token_id=501, vision_start_token_id=502,
-    vision_end_token_id=503, image_token_id=504, video_token_id=505,
+    name="tiny Qwen2.5-VL (CPU smoke)",
+    dims=ModelDims(name="tiny Qwen2.5-VL (CPU smoke)", hidden_size=64, num_layers=2, num_attention_heads=4,
+                   num_key_value_heads=2, intermediate_size=128, vocab_size=512, tie_word_embeddings=True,
+                   vision_depth=1, vision_hidden_size=32, vision_intermediate_size=128),
+    max_position_embeddings=4096, rope_theta=10000.0, vision_num_heads=1, fullatt_block_indexes=(0,),
+    bos_token_id=500, eos_token_id=501, vision_start_token_id=502, vision_end_token_id=503, image_token_id=504,
+    video_token_id=505,
 )
 
 
@@ -87,26 +83,27 @@ def hf_config(s: Shapes):
     """``transformers.Qwen2_5_VLConfig`` of ``s`` (text and vision sub-configs, as the tiny model writes them)."""
     from transformers import Qwen2_5_VLConfig
 
-    head_dim = s.hidden_size // s.num_attention_heads
+    d = s.dims
     ids = dict(bos_token_id=s.bos_token_id, eos_token_id=s.eos_token_id, pad_token_id=s.bos_token_id)
     text_config = dict(
-        vocab_size=s.vocab_size, hidden_size=s.hidden_size, intermediate_size=s.intermediate_size,
-        num_hidden_layers=s.num_layers, num_attention_heads=s.num_attention_heads,
-        num_key_value_heads=s.num_key_value_heads, max_position_embeddings=s.max_position_embeddings,
-        max_window_layers=s.num_layers, rope_theta=s.rope_theta,
-        rope_scaling={"type": "mrope", "mrope_section": mrope_section(head_dim)}, rms_norm_eps=1e-6,
-        hidden_act="silu", tie_word_embeddings=s.tie_word_embeddings, initializer_range=0.02, use_cache=True, **ids,
+        vocab_size=d.vocab_size, hidden_size=d.hidden_size, intermediate_size=d.intermediate_size,
+        num_hidden_layers=d.num_layers, num_attention_heads=d.num_attention_heads,
+        num_key_value_heads=d.num_key_value_heads, max_position_embeddings=s.max_position_embeddings,
+        max_window_layers=d.num_layers, rope_theta=s.rope_theta,
+        rope_scaling={"type": "mrope", "mrope_section": mrope_section(d.head_dim)}, rms_norm_eps=1e-6,
+        hidden_act="silu", tie_word_embeddings=d.tie_word_embeddings, initializer_range=0.02, use_cache=True, **ids,
     )
     vision_config = dict(
-        depth=s.vision_depth, hidden_size=s.vision_hidden_size, intermediate_size=s.vision_intermediate_size,
-        num_heads=s.vision_num_heads, in_channels=3, patch_size=14, spatial_merge_size=2, temporal_patch_size=2,
-        window_size=112, fullatt_block_indexes=list(s.fullatt_block_indexes), out_hidden_size=s.hidden_size,
+        depth=d.vision_depth, hidden_size=d.vision_hidden_size, intermediate_size=d.vision_intermediate_size,
+        num_heads=s.vision_num_heads, in_channels=d.vision_in_channels, patch_size=d.vision_patch_size,
+        spatial_merge_size=d.vision_spatial_merge_size, temporal_patch_size=d.vision_temporal_patch_size,
+        window_size=112, fullatt_block_indexes=list(s.fullatt_block_indexes), out_hidden_size=d.hidden_size,
         tokens_per_second=2, hidden_act="silu", initializer_range=0.02,
     )
     config = Qwen2_5_VLConfig(
         text_config=text_config, vision_config=vision_config, image_token_id=s.image_token_id,
         video_token_id=s.video_token_id, vision_start_token_id=s.vision_start_token_id,
-        vision_end_token_id=s.vision_end_token_id, tie_word_embeddings=s.tie_word_embeddings, **ids,
+        vision_end_token_id=s.vision_end_token_id, tie_word_embeddings=d.tie_word_embeddings, **ids,
     )
     # transformers 4.57 reads ``architectures`` of this config from its text config (as a saved
     # model writes it: both); megatron-bridge refuses a config without it
@@ -137,10 +134,10 @@ def hf_weight_names(s: Shapes) -> list[str]:
     ``model.*`` for the language model, ``visual.*`` for the vision tower, ``lm_head.weight`` unless
     tied), sorted."""
     names = ["model.embed_tokens.weight", "model.norm.weight", *_VISION]
-    if not s.tie_word_embeddings:
+    if not s.dims.tie_word_embeddings:
         names.append("lm_head.weight")
-    names += [f"model.layers.{i}.{suffix}" for i in range(s.num_layers) for suffix in _LAYER]
-    names += [f"visual.blocks.{i}.{suffix}" for i in range(s.vision_depth) for suffix in _BLOCK]
+    names += [f"model.layers.{i}.{suffix}" for i in range(s.dims.num_layers) for suffix in _LAYER]
+    names += [f"visual.blocks.{i}.{suffix}" for i in range(s.dims.vision_depth) for suffix in _BLOCK]
     return sorted(names)
 
 

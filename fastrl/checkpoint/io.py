@@ -46,6 +46,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 logger = logging.getLogger("fastrl.checkpoint")
 
+#: A save is refused when its filesystem has less free space than the newest checkpoint took times this.
+SPACE_MARGIN = 1.1
+
 
 class CheckpointIO:
     """Save / resume of one run's actor and :class:`TrainState`.
@@ -86,6 +89,7 @@ class CheckpointIO:
         """
         ctx = self.ctx
         self._refuse_non_finite(state.step, actor)
+        self._refuse_short_of_space(state.step)
         self.root.mkdir(parents=True, exist_ok=True)
         staging = self.manager.root / f".tmp-{step_dir_name(state.step)}"
         if ctx.rank == 0:
@@ -116,6 +120,34 @@ class CheckpointIO:
                 f"step {step}: the policy's weights hold non-finite values (NaN or inf), so no checkpoint is written "
                 f"(a resume would load them){keep}. The updates diverged: lower optimizer.lr or set optimizer.clip_grad"
             )
+
+    def _refuse_short_of_space(self, step: int) -> None:
+        """Raise (on every rank) when the checkpoint root's filesystem has less free space than the
+        newest checkpoint took times :data:`SPACE_MARGIN` (the same model and optimizer: about the
+        size of the next one). Without an earlier checkpoint there is nothing to go by and nothing
+        is checked; a save that then fills the disk still leaves no partial folder. Rank 0's
+        filesystem is checked: the checkpoint root is one shared directory.
+
+        Raises:
+            CheckpointError: naming the step, the bytes needed and free, and the root; nothing is
+                written and the newest checkpoint is unchanged.
+        """
+        def check() -> None:
+            latest = self.manager.find_latest()
+            if latest is None:
+                return
+            took = self.manager.checkpoint_bytes(latest)
+            free = self.manager.free_bytes()
+            if free < took * SPACE_MARGIN:
+                raise CheckpointError(
+                    f"step {step}: the filesystem of {self.root} has {free / 2**30:.2f} GiB free and a checkpoint "
+                    f"takes about {took / 2**30:.2f} GiB (the newest, {latest.path}), so none is written; that one "
+                    f"is unchanged. Free space there, lower checkpoint.keep_last or save fewer checkpoints for good "
+                    f"(checkpoint.save_at_steps / save_at_train_s), or set checkpoint.dir to a larger filesystem; "
+                    f"then resume"
+                )
+
+        world.computed_on_rank0(check, what=f"checking the free space for the checkpoint of step {step}")
 
     def _write(self, state: TrainState, actor: Any, staging: Path, *, best: bool, keep: bool) -> None:
         """Every rank writes its part into ``staging``; rank 0 publishes it (``keep``: for good)."""

@@ -235,6 +235,16 @@ class CheckpointManager:
         complete = self.complete_checkpoints()
         return complete[-1] if complete else None
 
+    def checkpoint_bytes(self, info: CheckpointInfo) -> int:
+        """Bytes of a complete checkpoint's files, as its ``COMPLETE`` marker lists them."""
+        marker = json.loads((info.path / COMPLETE_MARKER).read_text())
+        return sum(int(size) for size in marker.get("files", {}).values())
+
+    def free_bytes(self) -> int:
+        """Bytes free to this process on the filesystem of the checkpoint root (``shutil.disk_usage``)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        return shutil.disk_usage(self.root).free
+
     # ---- retention -------------------------------------------------------------------------
 
     def _retain(self) -> None:

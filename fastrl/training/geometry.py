@@ -322,11 +322,16 @@ def update_shares(rows: int, updates: int, micro: int = 1) -> list[int]:
 
 
 def token_micro_batches(lengths: list[int] | torch.Tensor, budget: int, max_rows: int | None = None) -> list[int]:
-    """Sizes of consecutive micro-batches holding at most ``budget`` tokens each (a rollout longer
-    than the budget gets a micro-batch of its own); ``max_rows`` caps the rows of one micro-batch.
-    ``budget <= 0``: micro-batches of ``max_rows`` rows (the last may be shorter).
+    """Sizes of consecutive micro-batches holding at most ``budget`` real tokens each (a rollout
+    longer than the budget gets a micro-batch of its own); ``max_rows`` caps the rows of one
+    micro-batch. ``budget <= 0``: micro-batches of ``max_rows`` rows (the last may be shorter).
 
-    The order of the rows is kept, so the micro-batches concatenate back to the input.
+    The order of the rows is kept, so the micro-batches concatenate back to the input. With a
+    budget the cut is the fewest micro-batches the budget and the cap allow (the greedy fill's
+    count, which is the least for consecutive cuts) and, among the cuts into that many, one with
+    the fewest padded tokens (each micro-batch padded to its longest row;
+    :func:`fewest_padded_cut`): on length-sorted rows the greedy fill joins the tail of one length
+    class to the head of the next, which the fewest-padded cut avoids at no extra micro-batch.
     """
     lens = [int(x) for x in (lengths.tolist() if isinstance(lengths, torch.Tensor) else lengths)]
     if not lens:
@@ -334,15 +339,58 @@ def token_micro_batches(lengths: list[int] | torch.Tensor, budget: int, max_rows
     cap = max_rows if max_rows and max_rows > 0 else len(lens)
     if budget <= 0:
         return [min(cap, len(lens) - i) for i in range(0, len(lens), cap)]
-    sizes: list[int] = []
-    rows = tokens = 0
+    count = rows = tokens = 0
     for length in lens:
         if rows and (tokens + length > budget or rows >= cap):
-            sizes.append(rows)
+            count += 1
             rows = tokens = 0
         rows += 1
         tokens += length
-    sizes.append(rows)
+    return fewest_padded_cut(lens, budget, cap, count + 1)
+
+
+def fewest_padded_cut(lengths: list[int], budget: int, max_rows: int, count: int) -> list[int]:
+    """Sizes of ``count`` consecutive micro-batches of rows of ``lengths`` tokens (in the order
+    given) with the fewest padded tokens, ``sum(rows x longest row)`` over the micro-batches, each
+    holding at most ``budget`` real tokens (or one row) and at most ``max_rows`` rows; among equal
+    cuts, the one whose earlier micro-batches are larger.
+
+    Exact dynamic programme over the suffixes, ``cost[k][i]`` = the fewest padded tokens of rows
+    ``i:`` in ``k`` micro-batches: ``O(count x rows x w)`` time, ``w`` the most rows a micro-batch
+    can hold.
+
+    Raises:
+        ValueError: no such cut (``count`` micro-batches cannot hold the rows within the limits).
+    """
+    n = len(lengths)
+    reach = []  # reach[i]: the most rows a micro-batch that starts at row i may hold
+    for i in range(n):
+        j, tokens = i, 0
+        while j < n and j - i < max_rows and (j == i or tokens + lengths[j] <= budget):
+            tokens += lengths[j]
+            j += 1
+        reach.append(j - i)
+    inf = float("inf")
+    cost = [0.0 if i == n else inf for i in range(n + 1)]  # k = 0
+    first: list[list[int]] = []
+    for _ in range(count):
+        nxt, take = [inf] * (n + 1), [0] * (n + 1)
+        for i in range(n - 1, -1, -1):
+            longest = 0
+            for size in range(1, reach[i] + 1):
+                longest = max(longest, lengths[i + size - 1])
+                c = longest * size + cost[i + size]
+                if c <= nxt[i]:  # ties: the larger first micro-batch
+                    nxt[i], take[i] = c, size
+        cost = nxt
+        first.append(take)
+    if cost[0] == inf:
+        raise ValueError(f"{n} rows of lengths {lengths} do not fit {count} micro-batches of at most {budget} "
+                         f"tokens and {max_rows} rows")
+    sizes, i = [], 0
+    for take in reversed(first):
+        sizes.append(take[i])
+        i += take[i]
     return sizes
 
 

@@ -24,7 +24,7 @@ def test_3b_config_has_the_published_dimensions_the_plan_counts(tmp_path):
     published Qwen2.5-VL-3B-Instruct dimensions of ``KNOWN_MODELS`` (3.75B parameters), so the plan
     beside the measurement is the plan of the measured model.
 
-    catches: ``intermediate_size`` 11008 -> 11000 in ``QWEN25_VL_3B`` (tools/mutants.toml
+    catches: the text config's MLP width written 8 below the dimensions' (tools/mutants.toml
     ``timeline-3b-dims``)."""
     from bench.timeline_model import QWEN25_VL_3B, write_model_dir
     from fastrl.models.model_dims import KNOWN_MODELS, ModelDims
@@ -57,7 +57,7 @@ def test_weight_names_are_those_transformers_saves(tmp_path, tied):
     model = ModelConfig(source="tiny", tiny_hidden_size=64, tiny_num_layers=2, tiny_intermediate_size=128,
                         tiny_vision_hidden_size=32, tiny_vision_depth=1)
     saved = saved_names(build_tiny_hf_model_dir(tmp_path / "tiny", model, tie_word_embeddings=tied))
-    assert hf_weight_names(replace(SMOKE, tie_word_embeddings=tied)) == saved
+    assert hf_weight_names(replace(SMOKE, dims=replace(SMOKE.dims, tie_word_embeddings=tied))) == saved
     assert ("lm_head.weight" in saved) is not tied
 
 

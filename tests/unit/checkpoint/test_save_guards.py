@@ -51,6 +51,33 @@ def test_non_finite_weights_are_never_checkpointed(tmp_path):
     assert not list(io.root.glob(".tmp-*"))
 
 
+def test_a_save_without_room_for_it_is_refused_before_it_writes(tmp_path, monkeypatch):
+    """With less free space than the newest checkpoint took (x SPACE_MARGIN), the save is refused
+    with the sizes, the root and what to do, before anything is written; with room, it proceeds.
+
+    catches: save() without the free-space check (tools/mutants.toml ``checkpoint-space-unchecked``:
+    a full disk failed mid-write with ``unexpected pos 704 vs 598``) and the margin dropped
+    (``checkpoint-space-no-margin``)."""
+    io = _io(tmp_path)
+    _publish(io.manager, 1)
+    took = io.manager.checkpoint_bytes(io.manager.find_latest())
+    assert took == 64  # the marker's list of files: actor/weights.bin
+    writes = []
+    monkeypatch.setattr(ckpt_io, "save_actor", lambda *a, **k: writes.append(a))
+    monkeypatch.setattr(io.manager, "free_bytes", lambda: int(took * 1.05))
+    with pytest.raises(CheckpointError) as refused:
+        io.save(types.SimpleNamespace(step=2), _actor())
+    message = str(refused.value)
+    assert message.startswith(f"step 2: the filesystem of {io.root} has ")
+    assert str(io.root / "step_00000001") in message and "checkpoint.dir" in message
+    assert writes == [] and not list(io.root.glob(".tmp-*"))
+    assert [c.step for c in io.manager.complete_checkpoints()] == [1]
+    monkeypatch.setattr(io.manager, "free_bytes", lambda: int(took * 1.2))
+    with pytest.raises(Exception) as past_the_check:  # the fake actor has no train state to write
+        io.save(types.SimpleNamespace(step=2), _actor())
+    assert not isinstance(past_the_check.value, CheckpointError) and len(writes) == 1
+
+
 class _DiskFull(BaseException):
     """Like torch.distributed.checkpoint's CheckpointException (a BaseException) from a full disk."""
 

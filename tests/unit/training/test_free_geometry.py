@@ -28,6 +28,65 @@ def test_token_micro_batches():
     assert G.token_micro_batches([], 10) == []
 
 
+def _padded(lengths, sizes):
+    out, start = 0, 0
+    for size in sizes:
+        out += max(lengths[start : start + size]) * size
+        start += size
+    return out
+
+
+def _fits(lengths, sizes, budget, cap):
+    start = 0
+    for size in sizes:
+        rows = lengths[start : start + size]
+        if not (1 <= size <= cap and (size == 1 or sum(rows) <= budget)):
+            return False
+        start += size
+    return start == len(lengths)
+
+
+def _compositions(n):
+    if n == 0:
+        yield []
+        return
+    for first in range(1, n + 1):
+        for rest in _compositions(n - first):
+            yield [first, *rest]
+
+
+def test_token_budget_cut_is_the_fewest_padded_of_the_fewest_micro_batches():
+    """The token-budget cut makes the fewest micro-batches that fit the budget and the row cap, and
+    among those the one with the fewest padded tokens: checked against every cut of random rows
+    (sorted longest first as the passes run them, and unsorted).
+
+    catches: the padded width taken from the micro-batch's first row (right only for sorted rows;
+    tools/mutants.toml ``token-cut-first-row-width``), and the greedy fill returned as the cut
+    (``token-cut-greedy``)."""
+    import random
+
+    rng = random.Random(0)
+    # the greedy fill joins 3 to the 10 and 8; two micro-batches padded to 20 + 9 tokens, not 30 + 6
+    assert G.token_micro_batches([10, 8, 3, 3, 3], 21) == [2, 3]
+    for trial in range(300):
+        n = rng.randint(1, 9)
+        lengths = [rng.randint(1, 12) for _ in range(n)]
+        if trial % 2:
+            lengths.sort(reverse=True)
+        budget, cap = rng.randint(8, 30), rng.randint(1, 5)
+        sizes = G.token_micro_batches(lengths, budget, max_rows=cap)
+        assert _fits(lengths, sizes, budget, cap), (lengths, budget, cap, sizes)
+        cuts = [c for c in _compositions(n) if _fits(lengths, c, budget, cap)]
+        fewest = min(len(c) for c in cuts)
+        assert len(sizes) == fewest, (lengths, budget, cap, sizes)
+        assert _padded(lengths, sizes) == min(_padded(lengths, c) for c in cuts if len(c) == fewest), (lengths, sizes)
+
+
+def test_fewest_padded_cut_refuses_a_count_that_cannot_hold_the_rows():
+    with pytest.raises(ValueError, match="do not fit 1 micro-batches"):
+        G.fewest_padded_cut([5, 5, 5], 10, 8, 1)
+
+
 def test_free_and_mini_batch_geometry_multiples():
     import dataclasses
 
@@ -137,7 +196,8 @@ def test_rows_are_grouped_by_length_within_each_update():
     plan = G.step_geometry(budget, 1, 8).plan_update(lens, step=1)
     assert plan.update_rows == (4, 3)
     assert plan.row_order == (1, 3, 2, 0, 4, 6, 5)  # [9, 8, 3, 2] and [10, 7, 1]: rows stay in their update
-    assert plan.micro_batches == ((1, 2, 1), (1, 2))  # cut over the sorted lengths [9], [8, 3], [2]; [10], [7, 1]
+    # cut over the sorted lengths: [9], [8], [3, 2] (padded to 23 tokens, not [9], [8, 3], [2]'s 27); [10], [7, 1]
+    assert plan.micro_batches == ((1, 1, 2), (1, 2))
     assert G.length_grouped_order([1, 5, 5, 2], [4]) == [1, 2, 3, 0]  # ties keep their order
     off = dataclasses.replace(budget, trainer=dataclasses.replace(budget.trainer, group_by_length=False))
     assert G.step_geometry(off, 1, 8).plan_update(lens, step=1).row_order == tuple(range(7))  # the ablation
