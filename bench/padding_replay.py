@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         report[str(run)] = totals
         for key, t in totals.items():
             pass_name, cut = key.split("/")
-            print(f"| {run.name} | {pass_name} | {cut} | {t['micro_batches']} | {t['real']} | {t['computed']} | "
+            print(f"| {run} | {pass_name} | {cut} | {t['micro_batches']} | {t['real']} | {t['computed']} | "
                   f"{1 - t['real'] / t['computed']:.2%} |")
     if args.json:
         args.json.write_text(json.dumps({"recipe": args.recipe, "runs": report}, indent=1) + "\n")
