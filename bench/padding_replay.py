@@ -2,14 +2,15 @@
 """The padding a committed run's trainer passes compute, replayed under a recipe's token budget:
 the greedy fill against the fewest-padded cut (``fastrl.training.geometry.fewest_padded_cut``).
 
-Each step's trained rows (``rollouts/dp*.jsonl``, ``kept`` rows; length = prompt tokens, counted
+Each step's trained rows (``rollouts/dp<rank>.jsonl``, ``kept`` rows; not a resumed run's
+``dp<rank>.superseded.jsonl``; length = prompt tokens, counted
 with the run's tokenizer, + response tokens) go through the recipe's step geometry
 (:func:`fastrl.training.geometry.step_geometry`, one DP rank) as the trainer runs them: the update's
 rows grouped by length within each update and cut by the budget, at most
 ``parallel.micro_batch_size`` rows a micro-batch; the old / reference passes' rows sorted longest
 first and cut by the budget, at most ``8 x micro_batch_size`` rows. Both cuts make the same number
-of micro-batches (the fewest the budget allows); the counts are exact and do not depend on the
-machine, so no timing is involved.
+of micro-batches (the fewest the budget allows), and the trainer's pads none beyond the greedy
+fill's largest; the counts are exact and do not depend on the machine, so no timing is involved.
 
     python bench/padding_replay.py bench/results/word_arith_time/seed1/smollm2_135m_grpo_wordarith_vllm_cpu \\
         --recipe smollm2_135m_fastrl_paper_grpo_wordarith_vllm_cpu
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -48,7 +50,8 @@ def step_lengths(run_dir: Path, tokenizer) -> dict[int, list[int]]:
         FileNotFoundError: the run has no ``rollouts/dp*.jsonl``.
         ValueError: a row lacks ``step``, ``prompt`` or ``response_token_ids`` (file and line named).
     """
-    files = sorted((run_dir / "rollouts").glob("dp*.jsonl"))
+    # dp<rank>.jsonl only: a resumed run's dp<rank>.superseded.jsonl holds the steps it trained again
+    files = sorted(f for f in (run_dir / "rollouts").glob("dp*.jsonl") if re.fullmatch(r"dp\d+\.jsonl", f.name))
     if not files:
         raise FileNotFoundError(f"{run_dir}/rollouts has no dp*.jsonl: not a run directory with its rollouts logged")
     prompt_tokens: dict[str, int] = {}

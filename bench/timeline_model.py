@@ -18,9 +18,6 @@ from pathlib import Path
 
 from fastrl.models.model_dims import KNOWN_MODELS, ModelDims
 
-#: Elements of one flattened image patch: channels x temporal patch x patch x patch (3 x 2 x 14 x 14).
-PATCH_ELEMENTS = 3 * 2 * 14 * 14
-
 
 @dataclass(frozen=True)
 class Shapes:
@@ -179,7 +176,9 @@ def rollout_batch(s: Shapes, *, rollouts: int, prompt_len: int, response_len: in
     attention[:, :total] = True
     response = torch.zeros(rollouts, width, dtype=torch.bool)
     response[:, prompt_len:total] = True
-    pixels = [torch.randn(t * h * w, PATCH_ELEMENTS, generator=g) for _ in range(rollouts)]
+    d = s.dims  # one flattened patch: channels x temporal patch x patch x patch (3 x 2 x 14 x 14)
+    patch = d.vision_in_channels * d.vision_temporal_patch_size * d.vision_patch_size**2
+    pixels = [torch.randn(t * h * w, patch, generator=g) for _ in range(rollouts)]
     grids = [torch.tensor([[t, h, w]], dtype=torch.long) for _ in range(rollouts)]
     return PolicyBatch(input_ids=ids, attention_mask=attention, response_mask=response, pixel_values=pixels,
                        image_grid_thw=grids, advantages=torch.randn(rollouts, generator=g))

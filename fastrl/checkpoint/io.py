@@ -124,9 +124,11 @@ class CheckpointIO:
     def _refuse_short_of_space(self, step: int) -> None:
         """Raise (on every rank) when the checkpoint root's filesystem has less free space than the
         newest checkpoint took times :data:`SPACE_MARGIN` (the same model and optimizer: about the
-        size of the next one). Without an earlier checkpoint there is nothing to go by and nothing
-        is checked; a save that then fills the disk still leaves no partial folder. Rank 0's
-        filesystem is checked: the checkpoint root is one shared directory.
+        size of the next one), after making room when it is short (:meth:`CheckpointManager.make_room`:
+        the background deletions finished and retention applied, so a lowered ``keep_last`` takes
+        effect). Without an earlier checkpoint there is nothing to go by and nothing is checked; a
+        save that then fills the disk still leaves no partial folder. Rank 0's filesystem is
+        checked: the checkpoint root is one shared directory.
 
         Raises:
             CheckpointError: naming the step, the bytes needed and free, and the root; nothing is
@@ -138,6 +140,9 @@ class CheckpointIO:
                 return
             took = self.manager.checkpoint_bytes(latest)
             free = self.manager.free_bytes()
+            if free < took * SPACE_MARGIN:  # deletions still running, a lowered keep_last, stale folders
+                self.manager.make_room()
+                free = self.manager.free_bytes()
             if free < took * SPACE_MARGIN:
                 raise CheckpointError(
                     f"step {step}: the filesystem of {self.root} has {free / 2**30:.2f} GiB free and a checkpoint "

@@ -241,9 +241,18 @@ class CheckpointManager:
         return sum(int(size) for size in marker.get("files", {}).values())
 
     def free_bytes(self) -> int:
-        """Bytes free to this process on the filesystem of the checkpoint root (``shutil.disk_usage``)."""
+        """Bytes free on the filesystem of the checkpoint root, as ``shutil.disk_usage`` (statvfs)
+        reports them: a user or project quota (Lustre, GPFS) can allow less."""
         self.root.mkdir(parents=True, exist_ok=True)
         return shutil.disk_usage(self.root).free
+
+    def make_room(self) -> None:
+        """Finish the background deletions, apply retention now (``keep_last``, the checkpoints
+        kept for good and the best stay; stale ``.tmp-`` / ``.old-`` / ``.del-`` folders go) and
+        wait for it: what the next save's publication would delete, deleted before the save."""
+        self.wait_for_deletions()
+        self._retain()
+        self.wait_for_deletions()
 
     # ---- retention -------------------------------------------------------------------------
 

@@ -223,7 +223,7 @@ class TrainerConfig:
         "Token budget of an update micro-batch with pruning.refill_to=free (verl use_dynamic_bsz): "
         "each rank's update share is cut into consecutive micro-batches of at most this many real "
         "tokens (prompt + response; a longer rollout gets its own): the fewest such, cut where the "
-        "padded tokens are fewest. 0: micro-batches of "
+        "padded tokens are fewest (none padded beyond a greedy fill's largest). 0: micro-batches of "
         "parallel.micro_batch_size rollouts (the last may be shorter). The loss is normalized by "
         "the global token count, so the gradient does not depend on the cut. Refused with pipeline "
         "parallelism or pruning.refill_to=mini_batch (both need equal micro-batches).",

@@ -327,11 +327,11 @@ def token_micro_batches(lengths: list[int] | torch.Tensor, budget: int, max_rows
     micro-batch. ``budget <= 0``: micro-batches of ``max_rows`` rows (the last may be shorter).
 
     The order of the rows is kept, so the micro-batches concatenate back to the input. With a
-    budget the cut is the fewest micro-batches the budget and the cap allow (the greedy fill's
-    count, which is the least for consecutive cuts) and, among the cuts into that many, one with
-    the fewest padded tokens (each micro-batch padded to its longest row;
-    :func:`fewest_padded_cut`): on length-sorted rows the greedy fill joins the tail of one length
-    class to the head of the next, which the fewest-padded cut avoids at no extra micro-batch.
+    budget the cut is :func:`fewest_padded_cut`: the fewest micro-batches (as many as the greedy
+    fill makes), and among those the fewest padded tokens, no micro-batch padded to more tokens
+    than the greedy fill's largest: on length-sorted rows the greedy fill joins the tail of one
+    length class to the head of the next, which this cut avoids at no extra micro-batch and no
+    higher peak.
     """
     lens = [int(x) for x in (lengths.tolist() if isinstance(lengths, torch.Tensor) else lengths)]
     if not lens:
@@ -339,56 +339,50 @@ def token_micro_batches(lengths: list[int] | torch.Tensor, budget: int, max_rows
     cap = max_rows if max_rows and max_rows > 0 else len(lens)
     if budget <= 0:
         return [min(cap, len(lens) - i) for i in range(0, len(lens), cap)]
-    count = rows = tokens = 0
-    for length in lens:
-        if rows and (tokens + length > budget or rows >= cap):
-            count += 1
-            rows = tokens = 0
-        rows += 1
-        tokens += length
-    return fewest_padded_cut(lens, budget, cap, count + 1)
+    return fewest_padded_cut(lens, budget, cap)
 
 
-def fewest_padded_cut(lengths: list[int], budget: int, max_rows: int, count: int) -> list[int]:
-    """Sizes of ``count`` consecutive micro-batches of rows of ``lengths`` tokens (in the order
-    given) with the fewest padded tokens, ``sum(rows x longest row)`` over the micro-batches, each
-    holding at most ``budget`` real tokens (or one row) and at most ``max_rows`` rows; among equal
-    cuts, the one whose earlier micro-batches are larger.
+def fewest_padded_cut(lengths: list[int], budget: int, max_rows: int) -> list[int]:
+    """Sizes of consecutive micro-batches of rows of ``lengths`` tokens (in the order given), each
+    at most ``max_rows`` rows and ``budget`` real tokens (or one row), and padded (rows x longest
+    row) to at most the largest padded micro-batch of the greedy fill: the fewest such
+    micro-batches, then the fewest padded tokens in total, then the larger earlier micro-batches.
 
-    Exact dynamic programme over the suffixes, ``cost[k][i]`` = the fewest padded tokens of rows
-    ``i:`` in ``k`` micro-batches: ``O(count x rows x w)`` time, ``w`` the most rows a micro-batch
-    can hold.
+    The greedy fill (rows join the current micro-batch while it stays within the budget and the
+    cap) makes the fewest micro-batches any consecutive cut can: a sub-range of an allowed
+    micro-batch is allowed, so each greedy boundary lies at or beyond the same boundary of any
+    other cut; it therefore meets every limit above, and the fewest count is the same with the
+    peak limit. The peak limit keeps the activation memory a budget was sized for (minimizing the
+    total alone can raise one micro-batch's padded tokens).
 
-    Raises:
-        ValueError: no such cut (``count`` micro-batches cannot hold the rows within the limits).
+    Exact dynamic programme over the suffixes: ``best[i]`` = the lexicographically least
+    (micro-batches, padded tokens) of rows ``i:``; ``O(rows x w)`` time and ``O(rows)`` memory,
+    ``w`` the most rows a micro-batch can hold.
     """
     n = len(lengths)
-    reach = []  # reach[i]: the most rows a micro-batch that starts at row i may hold
-    for i in range(n):
-        j, tokens = i, 0
-        while j < n and j - i < max_rows and (j == i or tokens + lengths[j] <= budget):
-            tokens += lengths[j]
-            j += 1
-        reach.append(j - i)
-    inf = float("inf")
-    cost = [0.0 if i == n else inf for i in range(n + 1)]  # k = 0
-    first: list[list[int]] = []
-    for _ in range(count):
-        nxt, take = [inf] * (n + 1), [0] * (n + 1)
-        for i in range(n - 1, -1, -1):
-            longest = 0
-            for size in range(1, reach[i] + 1):
-                longest = max(longest, lengths[i + size - 1])
-                c = longest * size + cost[i + size]
-                if c <= nxt[i]:  # ties: the larger first micro-batch
-                    nxt[i], take[i] = c, size
-        cost = nxt
-        first.append(take)
-    if cost[0] == inf:
-        raise ValueError(f"{n} rows of lengths {lengths} do not fit {count} micro-batches of at most {budget} "
-                         f"tokens and {max_rows} rows")
+    peak = rows = tokens = longest = 0
+    for length in lengths:  # the greedy fill's largest padded micro-batch
+        if rows and (tokens + length > budget or rows >= max_rows):
+            peak = max(peak, rows * longest)
+            rows = tokens = longest = 0
+        rows, tokens, longest = rows + 1, tokens + length, max(longest, length)
+    peak = max(peak, rows * longest)
+    best: list[tuple[int, int]] = [(0, 0)] * (n + 1)
+    take = [0] * (n + 1)
+    for i in range(n - 1, -1, -1):
+        choice, longest, tokens = None, 0, 0
+        for size in range(1, min(max_rows, n - i) + 1):
+            tokens += lengths[i + size - 1]
+            longest = max(longest, lengths[i + size - 1])
+            if size > 1 and (tokens > budget or size * longest > peak):
+                break
+            count, padded = best[i + size]
+            candidate = (count + 1, padded + size * longest)
+            if choice is None or candidate <= choice:  # ties: the larger first micro-batch
+                choice, take[i] = candidate, size
+        best[i] = choice
     sizes, i = [], 0
-    for take in reversed(first):
+    while i < n:
         sizes.append(take[i])
         i += take[i]
     return sizes

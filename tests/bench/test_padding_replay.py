@@ -20,20 +20,23 @@ def _write_run(tmp_path, rows):
 
 
 def test_replay_counts_the_padding_of_both_cuts_over_the_trained_rows(tmp_path):
-    """One step whose trained rows are 300, 200, 90, 90 and 90 tokens (10 of prompt each) and one
-    pruned row: under a 600-token budget the greedy fill cuts [300, 200, 90] [90, 90] (1,080
+    """One step whose trained rows are 300, 200, 90, 90 and 90 tokens (10 of prompt each), one
+    pruned row and one superseded by a resume: under a 600-token budget the greedy fill cuts [300, 200, 90] [90, 90] (1,080
     computed tokens), the trainer's cut [300, 200] [90, 90, 90] (870), both for 770 real tokens;
-    the pruned row is not counted.
+    neither of the other two is counted.
 
-    catches: pruned rows replayed as trained (tools/mutants.toml ``padding-replay-pruned-rows``)
-    and the prompt's tokens left out of a row's length (``padding-replay-no-prompt``)."""
+    catches: pruned rows replayed as trained (tools/mutants.toml ``padding-replay-pruned-rows``),
+    the prompt's tokens left out of a row's length (``padding-replay-no-prompt``), and a resumed
+    run's superseded rows counted (``padding-replay-superseded``)."""
     from fastrl.training.geometry import step_geometry
     from recipes.registry import get_recipe
 
     prompt = " ".join(["w"] * 10)
     rows = [{"step": 1, "prompt": prompt, "response_token_ids": [0] * (n - 10), "kept": True} for n in (300, 200, 90, 90, 90)]
     rows.append({"step": 1, "prompt": prompt, "response_token_ids": [0] * 500, "kept": False})
-    steps = R.step_lengths(_write_run(tmp_path, rows), _tokenizer)
+    run = _write_run(tmp_path, rows)
+    (run / "rollouts" / "dp0.superseded.jsonl").write_text(json.dumps(rows[0]) + "\n")  # a resume's earlier rows
+    steps = R.step_lengths(run, _tokenizer)
     assert steps == {1: [300, 200, 90, 90, 90]}
     cfg = get_recipe("smollm2_135m_fastrl_paper_grpo_wordarith_vllm_cpu")
     assert cfg.trainer.micro_batch_tokens == 600

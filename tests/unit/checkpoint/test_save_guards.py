@@ -78,6 +78,28 @@ def test_a_save_without_room_for_it_is_refused_before_it_writes(tmp_path, monkey
     assert not isinstance(past_the_check.value, CheckpointError) and len(writes) == 1
 
 
+def test_a_save_short_of_space_first_applies_retention_then_proceeds(tmp_path, monkeypatch):
+    """Short of space, the check first makes room: with ``keep_last`` lowered to 1 (as a resume
+    with a new setting would), the older checkpoint goes before the save, which then proceeds.
+
+    catches: the check refusing without making room (tools/mutants.toml
+    ``checkpoint-space-no-room-made``: the error's advice to lower keep_last and resume did
+    nothing, since retention ran only after a successful save)."""
+    io = _io(tmp_path)
+    _publish(io.manager, 1)
+    _publish(io.manager, 2)
+    io.manager.keep_last = 1
+    took = io.manager.checkpoint_bytes(io.manager.find_latest())
+    writes = []
+    monkeypatch.setattr(ckpt_io, "save_actor", lambda *a, **k: writes.append(a))
+    monkeypatch.setattr(io.manager, "free_bytes",
+                        lambda: int(took * (1.05 if (io.root / "step_00000001").exists() else 1.2)))
+    with pytest.raises(Exception) as past_the_check:  # the fake actor has no train state to write
+        io.save(types.SimpleNamespace(step=3), _actor())
+    assert not isinstance(past_the_check.value, CheckpointError) and len(writes) == 1
+    assert [c.step for c in io.manager.complete_checkpoints()] == [2]
+
+
 class _DiskFull(BaseException):
     """Like torch.distributed.checkpoint's CheckpointException (a BaseException) from a full disk."""
 

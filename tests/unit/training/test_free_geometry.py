@@ -36,14 +36,34 @@ def _padded(lengths, sizes):
     return out
 
 
-def _fits(lengths, sizes, budget, cap):
+def _fits(lengths, sizes, budget, cap, peak=None):
     start = 0
     for size in sizes:
         rows = lengths[start : start + size]
         if not (1 <= size <= cap and (size == 1 or sum(rows) <= budget)):
             return False
+        if peak is not None and size * max(rows) > peak:
+            return False
         start += size
     return start == len(lengths)
+
+
+def _greedy(lengths, budget, cap):
+    sizes, rows, tokens = [], 0, 0
+    for length in lengths:
+        if rows and (tokens + length > budget or rows >= cap):
+            sizes.append(rows)
+            rows = tokens = 0
+        rows, tokens = rows + 1, tokens + length
+    return [*sizes, rows]
+
+
+def _peak(lengths, sizes):
+    out, start = 0, 0
+    for size in sizes:
+        out = max(out, size * max(lengths[start : start + size]))
+        start += size
+    return out
 
 
 def _compositions(n):
@@ -57,34 +77,34 @@ def _compositions(n):
 
 def test_token_budget_cut_is_the_fewest_padded_of_the_fewest_micro_batches():
     """The token-budget cut makes the fewest micro-batches that fit the budget and the row cap, and
-    among those the one with the fewest padded tokens: checked against every cut of random rows
-    (sorted longest first as the passes run them, and unsorted).
+    among those, with no micro-batch padded beyond the greedy fill's largest, the one with the
+    fewest padded tokens: checked against every cut of random rows (sorted longest first as the
+    passes run them, and unsorted).
 
     catches: the padded width taken from the micro-batch's first row (right only for sorted rows;
-    tools/mutants.toml ``token-cut-first-row-width``), and the greedy fill returned as the cut
-    (``token-cut-greedy``)."""
+    tools/mutants.toml ``token-cut-first-row-width``), the padding ignored (the greedy fill,
+    ``token-cut-greedy``), the count ignored (more micro-batches, ``token-cut-count-ignored``) and
+    the peak unbounded (``token-cut-peak-unbounded``)."""
     import random
 
     rng = random.Random(0)
     # the greedy fill joins 3 to the 10 and 8; two micro-batches padded to 20 + 9 tokens, not 30 + 6
     assert G.token_micro_batches([10, 8, 3, 3, 3], 21) == [2, 3]
-    for trial in range(300):
+    # the fewest padded tokens alone, [1, 2, 5], would pad one micro-batch to 35 > the greedy fill's 28
+    assert G.token_micro_batches([11, 8, 8, 7, 7, 4, 2, 1], 21, max_rows=5) == [2, 2, 4]
+    for trial in range(400):
         n = rng.randint(1, 9)
         lengths = [rng.randint(1, 12) for _ in range(n)]
         if trial % 2:
             lengths.sort(reverse=True)
         budget, cap = rng.randint(8, 30), rng.randint(1, 5)
+        peak = _peak(lengths, _greedy(lengths, budget, cap))
         sizes = G.token_micro_batches(lengths, budget, max_rows=cap)
-        assert _fits(lengths, sizes, budget, cap), (lengths, budget, cap, sizes)
-        cuts = [c for c in _compositions(n) if _fits(lengths, c, budget, cap)]
-        fewest = min(len(c) for c in cuts)
+        assert _fits(lengths, sizes, budget, cap, peak), (lengths, budget, cap, sizes)
+        fewest = min(len(c) for c in _compositions(n) if _fits(lengths, c, budget, cap))
         assert len(sizes) == fewest, (lengths, budget, cap, sizes)
-        assert _padded(lengths, sizes) == min(_padded(lengths, c) for c in cuts if len(c) == fewest), (lengths, sizes)
-
-
-def test_fewest_padded_cut_refuses_a_count_that_cannot_hold_the_rows():
-    with pytest.raises(ValueError, match="do not fit 1 micro-batches"):
-        G.fewest_padded_cut([5, 5, 5], 10, 8, 1)
+        allowed = [c for c in _compositions(n) if len(c) == fewest and _fits(lengths, c, budget, cap, peak)]
+        assert _padded(lengths, sizes) == min(_padded(lengths, c) for c in allowed), (lengths, sizes)
 
 
 def test_free_and_mini_batch_geometry_multiples():
