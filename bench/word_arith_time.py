@@ -394,7 +394,7 @@ def _ci(ci: list[float]) -> str:
 
 def markdown(summary: list[dict], power: dict) -> str:
     lines = ["# SmolLM2-135M-Instruct on word problems at equal training time", "", ESTIMANDS, "",
-             "| row | seeds | (a) at GRPO's time, minus GRPO (points) | t 95% | bootstrap 95% | p (Holm) | "
+             "| row | seeds trained: evaluated at (a) / equal steps | (a) at GRPO's time, minus GRPO (points) | t 95% | bootstrap 95% | p (Holm) | "
              "(b) times sooner to GRPO's accuracy | not reached | equal steps, minus GRPO | bootstrap 95% | p (Holm) |",
              "| --- |" + " ---: |" * 10]
     for r in summary:
@@ -402,7 +402,7 @@ def markdown(summary: list[dict], power: dict) -> str:
         sooner = "-" if math.isnan(r["sooner_mean"]) else f"{r['sooner_mean']:.2f}x" + (
             "" if math.isnan(r["sooner_ci95"][0]) else f" [{r['sooner_ci95'][0]:.2f}, {r['sooner_ci95'][1]:.2f}]")
         title = BY_LABEL[r["label"]].title + (" (primary)" if r["label"] == PRIMARY else "")
-        lines.append(f"| {title} | {len(r['seeds'])} | {_pt(a['diff_mean'])} | {_ci(a['t_ci95'])} | {_ci(a['boot_ci95'])} | "
+        lines.append(f"| {title} | {len(r['seeds'])}: {a['seeds']} / {s['seeds']} | {_pt(a['diff_mean'])} | {_ci(a['t_ci95'])} | {_ci(a['boot_ci95'])} | "
                      f"{a['p']:.3f} ({a['p_holm']:.3f}) | {sooner} | {r['not_reached']} | {_pt(s['diff_mean'])} | "
                      f"{_ci(s['boot_ci95'])} | {s['p']:.3f} ({s['p_holm']:.3f}) |")
     lines += ["", "With few seeds the bootstrap draws from few seeds and understates the training noise; the t "

@@ -177,7 +177,7 @@ def test_report_opens_with_the_estimands_and_draws_the_curves(tmp_path):
     assert round(100 * power["p"], 1) == 30.7
     text = word_arith_time.markdown(summarize(per_seed, ["grpo", PRIMARY], resamples=200), power)
     assert text.splitlines()[2] == word_arith_time.ESTIMANDS.splitlines()[0]
-    assert "| GRPO + FastRL as published (MDAP + ARS) (primary) | 2 | +10.0 |" in text
+    assert "| GRPO + FastRL as published (MDAP + ARS) (primary) | 2: 2 / 2 | +10.0 |" in text
     path = word_arith_time.plot(per_seed, ["grpo", PRIMARY], tmp_path / "curves.png")
     assert path.stat().st_size > 1000
 
@@ -234,7 +234,8 @@ def test_estimands_that_read_an_unevaluated_checkpoint_are_pending():
     """catches: an estimand computed from the evaluated checkpoints alone while a kept one is not
     evaluated yet: equal time read at an earlier checkpoint (step 20 for the pending step 38), the
     time to GRPO's accuracy decided past a pending checkpoint, or GRPO's unevaluated final step
-    used as if evaluated."""
+    used as if evaluated; and the report's seed count taken from the trained seeds alone (tools/mutants.toml
+    ``time-report-seeds-trained``)."""
     row = [ROW[0], ROW[1], _pending(38, 2700.0), ROW[3], ROW[4]]
     c = seed_comparison(row, GRPO)
     assert c["equal_time"] is None and c["time_to_grpo"] is None and c["sooner"] is None
@@ -249,7 +250,10 @@ def test_estimands_that_read_an_unevaluated_checkpoint_are_pending():
     summary = summarize({1: {"grpo": GRPO, PRIMARY: row}}, ["grpo", PRIMARY], resamples=10)[0]
     assert summary["pending"] == {"equal_time": 1, "equal_steps": 0, "time_to_grpo": 1}
     assert summary["not_reached"] == 0 and summary["equal_time"]["seeds"] == 0
-    assert "Pending" in word_arith_time.markdown([summary], word_arith_time.committed_power())
+    report = word_arith_time.markdown([summary], word_arith_time.committed_power())
+    assert "Pending" in report
+    # the seeds column says how many seeds each estimand read: one trained, none at (a), one at equal steps
+    assert "| GRPO + FastRL as published (MDAP + ARS) (primary) | 1: 0 / 1 |" in report
 
 
 def test_load_curve_holds_a_placeholder_for_each_unevaluated_kept_checkpoint(tmp_path, monkeypatch):
