@@ -29,20 +29,6 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
-def greedy_cut(lengths: list[int], budget: int, max_rows: int) -> list[int]:
-    """The greedy fill (the cut before the fewest-padded one): rows join the current micro-batch
-    while it stays within ``budget`` tokens and ``max_rows`` rows."""
-    sizes: list[int] = []
-    rows = tokens = 0
-    for length in lengths:
-        if rows and (tokens + length > budget or rows >= max_rows):
-            sizes.append(rows)
-            rows = tokens = 0
-        rows += 1
-        tokens += length
-    return [*sizes, rows] if rows else sizes
-
-
 def step_lengths(run_dir: Path, tokenizer) -> dict[int, list[int]]:
     """Per step, the token lengths (prompt + response) of the rows the trainer trained on.
 
@@ -74,7 +60,7 @@ def step_lengths(run_dir: Path, tokenizer) -> dict[int, list[int]]:
 def replay(steps: dict[int, list[int]], geometry) -> dict[str, dict[str, int]]:
     """Real and computed tokens of the update and of one log-prob pass over every step, under the
     greedy fill and the geometry's own (fewest-padded) cut, and the micro-batches of each."""
-    from fastrl.training.geometry import padded_token_share
+    from fastrl.training.geometry import greedy_fill, padded_token_share
 
     totals = {f"{p}/{c}": {"real": 0, "computed": 0, "micro_batches": 0}
               for p in ("update", "log_prob") for c in ("greedy", "fewest_padded")}
@@ -92,11 +78,11 @@ def replay(steps: dict[int, list[int]], geometry) -> dict[str, dict[str, int]]:
         for rows, cut in zip(plan.update_rows, plan.micro_batches):
             share = ordered[start : start + rows]
             add("update/fewest_padded", share, list(cut))
-            add("update/greedy", share, greedy_cut(share, geometry.micro_batch_tokens, geometry.micro_batch_size))
+            add("update/greedy", share, greedy_fill(share, geometry.micro_batch_tokens, geometry.micro_batch_size))
             start += rows
         longest_first = sorted(lengths, reverse=True)
         add("log_prob/fewest_padded", longest_first, geometry.log_prob_cut(longest_first))
-        add("log_prob/greedy", longest_first, greedy_cut(longest_first, geometry.micro_batch_tokens, geometry.log_prob_max_rows))
+        add("log_prob/greedy", longest_first, greedy_fill(longest_first, geometry.micro_batch_tokens, geometry.log_prob_max_rows))
     return totals
 
 

@@ -342,6 +342,21 @@ def token_micro_batches(lengths: list[int] | torch.Tensor, budget: int, max_rows
     return fewest_padded_cut(lens, budget, cap)
 
 
+def greedy_fill(lengths: list[int], budget: int, max_rows: int) -> list[int]:
+    """Sizes of the greedy fill: rows (in the order given) join the current micro-batch while it
+    stays within ``budget`` real tokens and ``max_rows`` rows (a longer row alone); the fewest
+    consecutive micro-batches within those limits (:func:`fewest_padded_cut`)."""
+    sizes: list[int] = []
+    rows = tokens = 0
+    for length in lengths:
+        if rows and (tokens + length > budget or rows >= max_rows):
+            sizes.append(rows)
+            rows = tokens = 0
+        rows += 1
+        tokens += length
+    return [*sizes, rows] if rows else sizes
+
+
 def fewest_padded_cut(lengths: list[int], budget: int, max_rows: int) -> list[int]:
     """Sizes of consecutive micro-batches of rows of ``lengths`` tokens (in the order given), each
     at most ``max_rows`` rows and ``budget`` real tokens (or one row), and padded (rows x longest
@@ -360,13 +375,10 @@ def fewest_padded_cut(lengths: list[int], budget: int, max_rows: int) -> list[in
     ``w`` the most rows a micro-batch can hold.
     """
     n = len(lengths)
-    peak = rows = tokens = longest = 0
-    for length in lengths:  # the greedy fill's largest padded micro-batch
-        if rows and (tokens + length > budget or rows >= max_rows):
-            peak = max(peak, rows * longest)
-            rows = tokens = longest = 0
-        rows, tokens, longest = rows + 1, tokens + length, max(longest, length)
-    peak = max(peak, rows * longest)
+    peak, start = 0, 0  # the greedy fill's largest padded micro-batch
+    for size in greedy_fill(lengths, budget, max_rows):
+        peak = max(peak, size * max(lengths[start : start + size]))
+        start += size
     best: list[tuple[int, int]] = [(0, 0)] * (n + 1)
     take = [0] * (n + 1)
     for i in range(n - 1, -1, -1):

@@ -54,7 +54,9 @@ def test_replay_refuses_rows_without_their_fields_naming_file_and_line(tmp_path)
         R.step_lengths(tmp_path / "missing", _tokenizer)
 
 
-def test_greedy_cut_is_the_fill_of_the_earlier_trainer():
-    assert R.greedy_cut([300, 200, 90, 90, 90], 600, 8) == [3, 2]
-    assert R.greedy_cut([5, 5, 5], 100, 2) == [2, 1]
-    assert R.greedy_cut([], 10, 2) == []
+def test_greedy_fill_is_the_fill_of_the_earlier_trainer():
+    from fastrl.training.geometry import greedy_fill
+
+    assert greedy_fill([300, 200, 90, 90, 90], 600, 8) == [3, 2]
+    assert greedy_fill([5, 5, 5], 100, 2) == [2, 1]
+    assert greedy_fill([], 10, 2) == []
