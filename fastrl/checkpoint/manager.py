@@ -123,10 +123,31 @@ class CheckpointManager:
         """
         final = self.root / step_dir_name(step)
         keep = keep or (self.is_complete(final) and self.verify(final).get("keep") is True)
-        marker = {"step": step, "files": _list_files(staging), **(extra or {}), **({"keep": True} if keep else {})}
-        _atomic_write_text(staging / COMPLETE_MARKER, json.dumps(marker, indent=1))
+        self._seal_and_swap(final, staging, {"step": step, **(extra or {}), **({"keep": True} if keep else {})})
+        _atomic_write_text(self.root / LATEST_FILE, final.name + "\n")
+        self._retain()
+        return CheckpointInfo(final, step)
+
+    def rewrite(self, step: int, staging: Path, marker: dict) -> CheckpointInfo:
+        """Replace the complete checkpoint of ``step`` by ``staging``, a rewritten copy of it (e.g.
+        without its optimizer state), sealed with ``marker`` (its ``files`` listed anew). Unlike
+        :meth:`publish`, ``latest``, ``best`` and retention are left as they are.
+
+        Raises:
+            CheckpointError: there is no complete checkpoint of ``step`` to replace.
+        """
+        final = self.root / step_dir_name(step)
+        self.verify(final)
+        self._seal_and_swap(final, staging, {**marker, "step": step})
+        return CheckpointInfo(final, step)
+
+    def _seal_and_swap(self, final: Path, staging: Path, marker: dict) -> None:
+        """Write ``staging``'s marker (``marker`` + its files), then rename it to ``final``. An existing
+        ``final`` is first renamed to ``.old-<name>`` and deleted after: the new one is complete
+        before the old one is removed."""
+        _atomic_write_text(staging / COMPLETE_MARKER, json.dumps({**marker, "files": _list_files(staging)}, indent=1))
         if final.exists():
-            old = self.root / f".old-{step_dir_name(step)}"
+            old = self.root / f".old-{final.name}"
             if old.exists():
                 self._delete([old])
             os.replace(final, old)
@@ -135,9 +156,6 @@ class CheckpointManager:
         else:
             os.replace(staging, final)
         _fsync_dir(self.root)
-        _atomic_write_text(self.root / LATEST_FILE, final.name + "\n")
-        self._retain()
-        return CheckpointInfo(final, step)
 
     def mark_best(self, step: int) -> None:
         """Record ``step`` as the best checkpoint (kept by retention)."""
