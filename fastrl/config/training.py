@@ -312,7 +312,7 @@ class CheckpointConfig:
         (), "Steps (increasing, >= 1) after which to keep a checkpoint for good, as save_at_train_s."
     )
     resume: str = doc("auto", "'auto': the newest complete checkpoint if any; 'none'; or a directory.")
-    save_optimizer: bool = doc(True, "Include optimizer state (needed for exact resume).")
+    save_optimizer: bool = doc(True, "Include optimizer state (needed for exact resume; tools/drop_optimizer.py removes it from kept checkpoints afterwards).")
     optimizer_format: Literal["fully_reshardable", "dp_reshardable"] = doc(
         "fully_reshardable",
         "DistributedOptimizer state layout in the checkpoint (megatron-core sharding types): "
