@@ -13,8 +13,8 @@ validation. Every checkpoint gets its own directory ``<run>/evals/step_<N>/`` wi
 training seconds (the checkpoint marker's ``train_seconds``), the test and validation accuracy and
 the per-question file. A checkpoint already in ``curve.json`` with the same split is not evaluated
 again; ``--delete-evaluated`` removes each checkpoint directory once its evaluation is recorded
-(grid checkpoints with their optimizer state take about 1.6 GB each for SmolLM2-135M: an estimate
-from 135M fp32 weights and two Adam moments).
+(grid checkpoints with their optimizer state take 2,154 MB each for SmolLM2-135M: fp32 weights,
+fp32 main weights and two Adam moments; 538 MB after ``tools/drop_optimizer.py``).
 
 The run's arguments come from ``<run>.args.json`` beside the run directory (the benchmarks write
 it: ``bench/algorithms.py``), without its ``logging.output_dir``.

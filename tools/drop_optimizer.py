@@ -5,11 +5,13 @@
 
 Checkpoints kept for evaluation (``checkpoint.save_at_train_s`` / ``save_at_steps``) need only their
 weights: evaluation (``trainer.val_only=true``) and ``tools/convert_checkpoint.py export`` read them as
-before. An fp32 model's checkpoint shrinks about 4x (SmolLM2-135M: 2.15 GB -> 0.54 GB); a resume from
-it restarts Adam from zero moments. The newest checkpoint of a root, the one ``checkpoint.resume=auto``
-loads, is refused unless ``--allow-latest`` (for a finished run). Details:
-:mod:`fastrl.checkpoint.model_only`. One process, no model built. Exit status: 0 all rewritten, 1 one
-or more refused (each named; the others are rewritten), 2 bad arguments.
+before. An fp32 model's checkpoint shrinks about 4x (SmolLM2-135M: 2,154 MB -> 538 MB). A run resumes
+from it only with ``checkpoint.save_optimizer=false``, from zero Adam moments (and, in bf16, from the
+bf16 weights instead of the fp32 main ones). The newest checkpoint of a root, the one ``checkpoint.resume=auto``
+loads, is refused unless ``--allow-latest`` (for a finished run), and so is a checkpoint whose run a
+trainer holds (``RUN_DIR/trainer.lock``). Details: :mod:`fastrl.checkpoint.model_only`. One process, no
+model built, memory of one copy buffer. Exit status: 0 all rewritten, 1 one or more refused or failed
+(each named on stderr and left as it was; the others are rewritten), 2 bad arguments.
 """
 
 from __future__ import annotations
@@ -29,15 +31,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--allow-latest", action="store_true",
                         help="also rewrite the newest checkpoint of its root (a finished run's last one)")
     args = parser.parse_args(argv)
-    from fastrl.checkpoint.manager import CheckpointError
+    from torch.distributed.checkpoint.api import CheckpointException
+
     from fastrl.checkpoint.model_only import drop_optimizer
 
     refused = 0
     for path in args.checkpoints:
         try:
             done = drop_optimizer(path, allow_latest=args.allow_latest)
-        except CheckpointError as err:
-            print(f"{PROG}: error: {err}", file=sys.stderr)
+        except (Exception, CheckpointException) as err:  # CheckpointException derives from BaseException
+            # CheckpointError / RunDirLocked name the file and what to do; any other error (a full disk,
+            # an unreadable file) is named with the checkpoint, which is left as it was
+            why = str(err) if type(err).__name__ in ("CheckpointError", "RunDirLocked") else f"{path}: {type(err).__name__}: {err}"
+            print(f"{PROG}: error: {why}", file=sys.stderr)
             refused += 1
             continue
         print(f"{done.path}: {done.bytes_before / 1e6:,.0f} MB -> {done.bytes_after / 1e6:,.0f} MB", flush=True)

@@ -88,7 +88,10 @@ def estimate_stop_budget(cfg: RunConfig, plan: MemoryPlan, dims: ModelDims, worl
     generation = waves.get("training", 1) * ro.max_response_length * per_token
     validation = waves.get("validation", 1) * ro.max_response_length * per_token
     trainable = params - (dims.vision_block_params() if cfg.model.freeze_vision_tower else 0)
-    optimizer = (12 if cfg.precision.mode != "fp32" else 8) * trainable if cfg.checkpoint.save_optimizer else 0
+    # fp32 main weights + Adam's two moments, in every precision mode (megatron's fully_reshardable
+    # format stores the main weights even when they equal an fp32 model's: SmolLM2-135M's fp32
+    # checkpoints take 2,154 MB, 16 bytes a parameter)
+    optimizer = 12 * trainable if cfg.checkpoint.save_optimizer else 0
     checkpoint_gb = ((4 if cfg.precision.mode == "fp32" else 2) * params + optimizer) / 1e9
     nodes = max(1, math.ceil(world_size / GPUS_PER_NODE))
     return StopBudget(generation_s=generation, training_s=training, validation_s=validation,
