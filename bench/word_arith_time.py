@@ -67,6 +67,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import shutil
 import sys
 from dataclasses import dataclass
@@ -218,11 +219,44 @@ def drop_unused_band(run_dir: Path, t_grpo: float | None) -> list[int]:
 # ---- measurements ------------------------------------------------------------------------
 
 
-def load_curve(run_dir: Path) -> list[dict]:
+#: How the trainer logs each checkpoint it saves (fastrl/checkpoint/io.py), in a run's ``train.log``.
+SAVED_LINE = re.compile(r"checkpoint saved: \S*step_(\d+)")
+
+
+def saved_checkpoints(run_dir: Path) -> list[tuple[int, float]]:
+    """``(step, training seconds)`` of every checkpoint the run's trainer saved, by step: the steps of
+    ``train.log``'s ``checkpoint saved:`` lines, each at ``metrics.jsonl``'s ``time/train_elapsed`` of
+    that step (the value the checkpoint's marker records as ``train_seconds``). Committed with the
+    run, so a report knows which checkpoints existed after they are gone.
+
+    Raises:
+        FileNotFoundError: the run has no ``train.log`` or ``metrics.jsonl``.
+        ValueError: a saved step has no train record with ``time/train_elapsed``."""
+    steps = sorted({int(m.group(1)) for m in SAVED_LINE.finditer((run_dir / "train.log").read_text())})
+    seconds = {int(r["step"]): float(r["time/train_elapsed"])
+               for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
+               if r.get("kind") == "train" and "time/train_elapsed" in r}
+    missing = [s for s in steps if s not in seconds]
+    if missing:
+        raise ValueError(f"{run_dir / 'train.log'}: checkpoints saved at steps {missing}, which "
+                         f"{run_dir / 'metrics.jsonl'} records no training time for; is the run's metrics file complete?")
+    return [(s, seconds[s]) for s in steps]
+
+
+def load_curve(run_dir: Path, t_grpo: float | None = None, *, budget: bool = False) -> list[dict]:
     """The run's evaluations on the test split (``evals/curve.json`` entries of :data:`TEST_PATH` /
     :data:`TEST_SIZE`, by training time), each with ``outcomes``: question id -> 1 correct / 0 not;
-    and a placeholder with ``outcomes`` None for each kept checkpoint not evaluated yet (an
-    estimand that would read it is pending, :func:`seed_comparison`, not computed without it)."""
+    and a placeholder with ``outcomes`` None for each checkpoint meant for evaluation that is not
+    evaluated: kept on disk (not evaluated yet; an estimand that would read it is pending,
+    :func:`seed_comparison`), or gone (``"lost": True``: the run saved it, :func:`saved_checkpoints`,
+    and it is neither evaluated nor kept; an estimand that would read it cannot be computed). The
+    checkpoints meant for evaluation are every saved one of a GRPO run and, of a ``budget`` row,
+    those :func:`checkpoints_to_keep` keeps at ``t_grpo`` (the band's others are deleted unevaluated
+    by design).
+
+    Raises:
+        FileNotFoundError, ValueError: as :func:`saved_checkpoints`, for a run with a ``train.log``
+            it cannot read (a run not started yet has an empty curve)."""
     from fastrl.checkpoint.manager import CheckpointManager
 
     path = run_dir / "evals" / "curve.json"
@@ -237,7 +271,18 @@ def load_curve(run_dir: Path) -> list[dict]:
         if ck.step not in done:
             out.append({"step": ck.step, "train_seconds": CheckpointManager.verify(ck.path).get("train_seconds"),
                         "outcomes": None})
+            done.add(ck.step)
+    if (run_dir / "train.log").is_file():
+        saved = saved_checkpoints(run_dir)
+        meant = checkpoints_to_keep(saved, t_grpo) if budget else {s for s, _ in saved}
+        out += [{"step": s, "train_seconds": t, "outcomes": None, "lost": True}
+                for s, t in saved if s in meant and s not in done]
     return sorted(out, key=lambda e: (e["train_seconds"], e["step"]))
+
+
+def _unevaluated(entry: dict) -> str:
+    """Why an estimand that reads a placeholder of :func:`load_curve` has no value: "lost" or "pending"."""
+    return "lost" if entry.get("lost") else "pending"
 
 
 def at_time(curve: list[dict], seconds: float) -> dict | None:
@@ -267,15 +312,16 @@ def paired(a: dict, b: dict) -> tuple[list[int], list[int]]:
 
 def reach_time(curve: list[dict], target: float) -> float | str | None:
     """As :func:`bench.heldout.time_to_accuracy`, over ``curve`` (training-time order): the seconds at the
-    first of two consecutive evaluations at or above ``target``; ``"pending"`` when an unevaluated
-    checkpoint (``outcomes`` None) comes before that is decided; None when no two consecutive are."""
+    first of two consecutive evaluations at or above ``target``; ``"pending"`` / ``"lost"`` when an
+    unevaluated checkpoint (``outcomes`` None; :func:`_unevaluated`) comes before that is decided; None
+    when no two consecutive are."""
     for e, nxt in zip(curve, [*curve[1:], None]):
         if e["outcomes"] is None:
-            return "pending"
+            return _unevaluated(e)
         if accuracy(e) < target or nxt is None:
             continue
         if nxt["outcomes"] is None:
-            return "pending"
+            return _unevaluated(nxt)
         if accuracy(nxt) >= target:
             return e["train_seconds"]
     return None
@@ -285,27 +331,27 @@ def seed_comparison(row_curve: list[dict], base_curve: list[dict]) -> dict:
     """One seed's estimands for a row against GRPO (``base_curve``, whose last entry is its final
     step): ``t_grpo``, ``equal_time`` / ``equal_steps`` (the row's evaluation used, accuracy, the
     difference, McNemar's p, the per-question differences) and ``time_to_grpo`` (seconds, or None:
-    not reached). ``pending``: the estimands whose checkpoint is kept but not evaluated yet
-    (:func:`load_curve`'s placeholders; each of them is None here): all three when GRPO's final
-    step is.
+    not reached). ``pending``: the estimands whose checkpoint is kept but not evaluated yet;
+    ``lost``: those whose checkpoint is gone unevaluated (:func:`load_curve`'s placeholders; each of
+    them is None here): all three when GRPO's final step is.
 
     Raises:
         ValueError: ``base_curve`` is empty."""
     if not base_curve:
         raise ValueError("GRPO's curve is empty: evaluate its final checkpoint first (--eval-only)")
     final = base_curve[-1]
-    out: dict = {"t_grpo": final["train_seconds"], "grpo_step": final["step"], "pending": []}
+    out: dict = {"t_grpo": final["train_seconds"], "grpo_step": final["step"], "pending": [], "lost": []}
     if final["outcomes"] is None:
         return {**out, "grpo_accuracy": None, "equal_time": None, "equal_steps": None, "time_to_grpo": None,
                 "sooner": None, "budget_end": row_curve[-1]["train_seconds"] if row_curve else None,
-                "pending": ["equal_time", "equal_steps", "time_to_grpo"]}
+                _unevaluated(final): ["equal_time", "equal_steps", "time_to_grpo"]}
     t_g, acc_g = final["train_seconds"], accuracy(final)
     out["grpo_accuracy"] = acc_g
     for name, entry in (("equal_time", at_time(row_curve, t_g)), ("equal_steps", at_step(row_curve, final["step"]))):
         if entry is None or entry["outcomes"] is None:
             out[name] = None
             if entry is not None:
-                out["pending"].append(name)
+                out[_unevaluated(entry)].append(name)
             continue
         a, b = paired(entry, final)
         n10, n01 = paired_stats.discordant(a, b)
@@ -313,8 +359,8 @@ def seed_comparison(row_curve: list[dict], base_curve: list[dict]) -> dict:
                      "diff": accuracy(entry) - acc_g, "mcnemar_p": paired_stats.mcnemar_exact(n10, n01),
                      "question_diffs": [x - y for x, y in zip(a, b)]}
     reach = reach_time(row_curve, acc_g)
-    if reach == "pending":
-        out["pending"].append("time_to_grpo")
+    if reach in ("pending", "lost"):
+        out[reach].append("time_to_grpo")
         reach = None
     out["time_to_grpo"] = reach
     out["sooner"] = t_g / reach if reach else None
@@ -342,9 +388,11 @@ def summarize(per_seed: dict[int, dict[str, list[dict]]], labels: list[str], *, 
                          "p": boot[3]}
         sooner = [c["sooner"] for c in comps.values() if c["sooner"]]
         row["sooner_mean"], row["sooner_ci95"] = ratio_interval(sooner)
-        row["not_reached"] = sum(1 for c in comps.values() if c["time_to_grpo"] is None and "time_to_grpo" not in c["pending"])
-        row["pending"] = {name: sum(1 for c in comps.values() if name in c["pending"])
-                          for name in ("equal_time", "equal_steps", "time_to_grpo")}
+        row["not_reached"] = sum(1 for c in comps.values() if c["time_to_grpo"] is None
+                                 and "time_to_grpo" not in c["pending"] + c["lost"])
+        for why in ("pending", "lost"):
+            row[why] = {name: sum(1 for c in comps.values() if name in c[why])
+                        for name in ("equal_time", "equal_steps", "time_to_grpo")}
         out.append(row)
     for name in ("equal_time", "equal_steps"):
         family = {r["label"]: r[name]["p"] for r in out if r["label"] != PRIMARY and not math.isnan(r[name]["p"])}
@@ -412,6 +460,12 @@ def markdown(summary: list[dict], power: dict) -> str:
     if waiting:
         lines += ["", "Pending, seeds whose estimand reads a kept checkpoint not evaluated yet (left out of the "
                   "columns above; `--eval-only` evaluates them): " + "; ".join(waiting) + "."]
+    gone = [f"{r['label']}: " + ", ".join(f"{k} {v}" for k, v in r["lost"].items() if v)
+            for r in summary if any(r["lost"].values())]
+    if gone:
+        lines += ["", "Not computable, seeds whose estimand reads a checkpoint the run saved that was lost before "
+                  "its evaluation (left out of the columns above; only training the seed again can recover it): "
+                  + "; ".join(gone) + "."]
     lines += ["", "Per seed (GRPO's training time T_G for its steps and its final accuracy; each row's checkpoint at or "
               "before T_G, its accuracy, McNemar p against GRPO, and its time to GRPO's accuracy):", ""]
     for r in summary:
@@ -421,7 +475,10 @@ def markdown(summary: list[dict], power: dict) -> str:
                                           f"({_pt(e['diff'])}, McNemar p {e['mcnemar_p']:.3f})")
             if "equal_time" in c["pending"]:
                 used = "pending (its checkpoint is not evaluated yet)"
-            reach = ("pending (checkpoints not evaluated yet)" if "time_to_grpo" in c["pending"] else "not reached"
+            if "equal_time" in c["lost"]:
+                used = "not computable (its checkpoint was lost unevaluated)"
+            reach = ("pending (checkpoints not evaluated yet)" if "time_to_grpo" in c["pending"] else
+                     "not computable (checkpoints lost unevaluated)" if "time_to_grpo" in c["lost"] else "not reached"
                      if c["time_to_grpo"] is None else f"{c['time_to_grpo']:.0f} s ({c['sooner']:.2f}x sooner)")
             grpo = "pending" if c["grpo_accuracy"] is None else f"{_pt(c['grpo_accuracy'], False)}%"
             lines.append(f"- seed {s}, {r['label']}: T_G {c['t_grpo']:.0f} s, GRPO {grpo}; "
@@ -470,7 +527,14 @@ def plot(per_seed: dict[int, dict[str, list[dict]]], labels: list[str], path: Pa
 
 
 def collect(out: Path, seeds: list[int], labels: list[str]) -> dict[int, dict[str, list[dict]]]:
-    return {s: {label: load_curve(out / f"seed{s}" / BY_LABEL[label].recipe) for label in labels} for s in seeds}
+    """Per seed, per row, :func:`load_curve` (a budget row's at its seed's ``T_G`` once GRPO's run has finished)."""
+    per_seed = {}
+    for s in seeds:
+        base = out / f"seed{s}" / BY_LABEL[BASE].recipe
+        t_grpo = grpo_train_seconds(base) if (base / "FINISHED").exists() else None
+        per_seed[s] = {label: load_curve(out / f"seed{s}" / BY_LABEL[label].recipe, t_grpo, budget=BY_LABEL[label].budget)
+                       for label in labels}
+    return per_seed
 
 
 def estimand_steps(run_dir: Path, label: str, t_grpo: float | None) -> set[int]:

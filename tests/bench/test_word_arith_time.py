@@ -273,3 +273,60 @@ def test_load_curve_holds_a_placeholder_for_each_unevaluated_kept_checkpoint(tmp
     monkeypatch.setattr(CheckpointManager, "verify", staticmethod(lambda path: {"train_seconds": seconds[int(Path(path).name)]}))
     curve = word_arith_time.load_curve(tmp_path)
     assert [(e["step"], e["outcomes"]) for e in curve] == [(20, {"a": 1, "b": 0}), (48, None)]
+
+
+def _saved_run(run_dir: Path, seconds: dict[int, float]) -> None:
+    """A run directory whose train.log says it saved a checkpoint at each step of ``seconds`` (in the
+    trainer's words) and whose metrics.jsonl gives each step's training time."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "train.log").write_text("".join(
+        f"2026-12-07 12:00:00 [rank 0] fastrl.checkpoint: checkpoint saved: {run_dir}/checkpoints/step_{s:08d}\n"
+        for s in seconds) + f"2026-12-07 12:00:01 [rank 0] fastrl.checkpoint: checkpoint saved: {run_dir}/checkpoints/"
+        f"step_{max(seconds):08d} (best)\n")
+    (run_dir / "metrics.jsonl").write_text("".join(
+        json.dumps({"kind": "train", "step": s, "time/train_elapsed": seconds.get(s, 40.0 * s)}) + "\n"
+        for s in range(1, max(seconds) + 1)))
+
+
+def test_saved_checkpoints_come_from_the_trainers_log_at_their_training_time(tmp_path):
+    """catches: the "(best)" line counted as a second checkpoint, a step's time taken from another step,
+    or a saved step without a training time accepted."""
+    _saved_run(tmp_path, {5: 210.0, 20: 800.0})
+    assert word_arith_time.saved_checkpoints(tmp_path) == [(5, 210.0), (20, 800.0)]
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"kind": "train", "step": 5, "time/train_elapsed": 210.0}) + "\n")
+    with pytest.raises(ValueError, match=r"steps \[20\]"):
+        word_arith_time.saved_checkpoints(tmp_path)
+
+
+def test_a_saved_checkpoint_neither_evaluated_nor_kept_is_lost_and_its_estimands_not_computable(tmp_path):
+    """catches: load_curve building its placeholders from the checkpoints on disk alone (a curve whose
+    unevaluated checkpoints are gone reads as complete: time to GRPO's accuracy "not reached", equal time
+    read at an earlier checkpoint), a band checkpoint deleted by design counted as lost, or a lost
+    checkpoint reported as pending (``--eval-only`` cannot evaluate it)."""
+    t_grpo = 1745.0
+    seconds = {20: 800.0, 24: 980.0, 33: 1290.0, 42: 1560.0, 43: 1700.0, 45: 1720.0, 48: 1740.0, 51: 1800.0}
+    run = tmp_path / "run"
+    _saved_run(run, seconds)
+    (run / "evals").mkdir()
+    rows = [{"id": i, "correct": int(i < 3)} for i in range(10)]
+    (run / "evals" / "q.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run / "evals" / "curve.json").write_text(json.dumps([
+        {"step": s, "train_seconds": seconds[s], "test_path": word_arith_time.TEST_PATH,
+         "test_size": word_arith_time.TEST_SIZE, "per_question": "evals/q.jsonl"} for s in (20, 51)]))
+    curve = word_arith_time.load_curve(run, t_grpo, budget=True)
+    # 43 and 45 are band checkpoints deleted unevaluated by design; the grid's 24, 33, 42 and the
+    # band's 48 (the last at or before T_G) were meant for evaluation
+    assert [(e["step"], e["outcomes"] is None, e.get("lost", False)) for e in curve] == [
+        (20, False, False), (24, True, True), (33, True, True), (42, True, True), (48, True, True), (51, False, False)]
+    grpo = [_entry(20, t_grpo, 3)]
+    c = seed_comparison(curve, grpo)
+    assert c["lost"] == ["equal_time", "time_to_grpo"] and c["pending"] == []
+    assert c["equal_time"] is None and c["time_to_grpo"] is None and c["equal_steps"]["step"] == 20
+    summary = summarize({1: {"grpo": grpo, PRIMARY: curve}}, ["grpo", PRIMARY], resamples=10)[0]
+    assert summary["lost"]["time_to_grpo"] == 1 and summary["not_reached"] == 0
+    report = word_arith_time.markdown([summary], word_arith_time.committed_power())
+    assert "Not computable" in report and "Pending" not in report
+    assert "to GRPO's accuracy: not computable" in report
+    # GRPO's final step lost: nothing of the seed is computable
+    assert seed_comparison(curve, [{**_pending(20, t_grpo), "lost": True}])["lost"] == [
+        "equal_time", "equal_steps", "time_to_grpo"]
