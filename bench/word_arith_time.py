@@ -42,7 +42,12 @@ After each run the band checkpoints other than the one estimand (a) uses are del
 first 300 are the earlier test split) and deleted (``--keep-checkpoints`` keeps them); ``--no-eval``
 trains only (the rows of a sitting back to back on an idle machine) and ``--eval-only`` evaluates
 what earlier sittings left, off the training clock, in two passes (:func:`evaluate_finished`: first
-the checkpoints the estimands read, in every run, then the rest of the curves).
+the checkpoints the estimands read, in every run, then the rest of the curves). A checkpoint a run
+saved (its ``train.log``) that is gone unevaluated is lost: the estimands that read it are "not
+computable" in the report, until ``--recover SEED:ROW --checkout DIR`` trains the run again in a
+checkout of its commit, saving exactly those steps, checks that it computed what the run did, and
+evaluates them (:mod:`bench.recover_checkpoints`; its timing is not used: each recovered
+evaluation stands at the original run's training time).
 
 Fixed before any budget row ran, from the training time (not the accuracy) of the first GRPO run
 (seed 1: ``T_G`` = 1,745 s, at 43c599c): the budget is 2,400 s, 38% above it (the committed 20-step
@@ -55,6 +60,7 @@ deleted.)
     python bench/word_arith_time.py --seeds 1 --rows grpo,fastrl_paper_grpo --no-eval   # train only
     python bench/word_arith_time.py --seeds 1 --rows grpo,fastrl_paper_grpo --eval-only # then evaluate
     python bench/word_arith_time.py --seeds 3 --report-only
+    python bench/word_arith_time.py --seeds 3 --recover 1:fastrl_paper_grpo --checkout ../wt  # lost checkpoints
     python bench/word_arith_time.py --seeds 1 --rows grpo --out /tmp/w trainer.max_steps=2   # a smoke run
 
 Costs: a GRPO run about 32 minutes, a budget row about 45 (seed 1: 1,916 s and 2,691 s of process time,
@@ -80,6 +86,7 @@ from bench import paired_stats  # noqa: E402
 from bench.algorithms import COMMON, seed_overrides  # noqa: E402
 from bench.eval_checkpoints import checkpoints_to_evaluate, evaluate_run  # noqa: E402
 from bench.heldout import Row, _finite, paired_interval, ratio_interval, run_one  # noqa: E402
+from bench.recover_checkpoints import recover, recovered_evaluations  # noqa: E402
 
 GRPO_STEPS = 20
 BUDGET_S = 2400.0
@@ -252,7 +259,9 @@ def load_curve(run_dir: Path, t_grpo: float | None = None, *, budget: bool = Fal
     and it is neither evaluated nor kept; an estimand that would read it cannot be computed). The
     checkpoints meant for evaluation are every saved one of a GRPO run and, of a ``budget`` row,
     those :func:`checkpoints_to_keep` keeps at ``t_grpo`` (the band's others are deleted unevaluated
-    by design).
+    by design). A lost checkpoint that was trained again and evaluated
+    (:mod:`bench.recover_checkpoints`, checked to have computed what the run did) is an evaluation
+    (``"recovered": True``) at the original run's training time for its step.
 
     Raises:
         FileNotFoundError, ValueError: as :func:`saved_checkpoints`, for a run with a ``train.log``
@@ -260,12 +269,8 @@ def load_curve(run_dir: Path, t_grpo: float | None = None, *, budget: bool = Fal
     from fastrl.checkpoint.manager import CheckpointManager
 
     path = run_dir / "evals" / "curve.json"
-    out = []
-    for e in json.loads(path.read_text()) if path.is_file() else []:
-        if e.get("test_path") != TEST_PATH or e.get("test_size") != TEST_SIZE:
-            continue
-        rows = [json.loads(x) for x in (run_dir / e["per_question"]).read_text().splitlines() if x.strip()]
-        out.append({**e, "outcomes": {r["id"]: int(r["correct"] > 0) for r in rows}})
+    out = [_with_outcomes(run_dir, e) for e in (json.loads(path.read_text()) if path.is_file() else [])
+           if e.get("test_path") == TEST_PATH and e.get("test_size") == TEST_SIZE]
     done = {e["step"] for e in out}
     for ck in checkpoints_to_evaluate(run_dir) if (run_dir / "checkpoints").is_dir() else []:
         if ck.step not in done:
@@ -275,9 +280,17 @@ def load_curve(run_dir: Path, t_grpo: float | None = None, *, budget: bool = Fal
     if (run_dir / "train.log").is_file():
         saved = saved_checkpoints(run_dir)
         meant = checkpoints_to_keep(saved, t_grpo) if budget else {s for s, _ in saved}
-        out += [{"step": s, "train_seconds": t, "outcomes": None, "lost": True}
+        again = recovered_evaluations(run_dir, TEST_PATH, TEST_SIZE)
+        out += [_with_outcomes(run_dir, {**again[s], "train_seconds": t, "recovered": True}) if s in again else
+                {"step": s, "train_seconds": t, "outcomes": None, "lost": True}
                 for s, t in saved if s in meant and s not in done]
     return sorted(out, key=lambda e: (e["train_seconds"], e["step"]))
+
+
+def _with_outcomes(run_dir: Path, entry: dict) -> dict:
+    """A ``curve.json`` entry with its per-question ``outcomes`` (question id -> 1 correct / 0 not)."""
+    rows = [json.loads(x) for x in (run_dir / entry["per_question"]).read_text().splitlines() if x.strip()]
+    return {**entry, "outcomes": {r["id"]: int(r["correct"] > 0) for r in rows}}
 
 
 def _unevaluated(entry: dict) -> str:
@@ -582,6 +595,25 @@ def evaluate_finished(out: Path, seeds: list[int], labels: list[str], *, keep_ch
                 evaluate(run_dir, label, t_grpo, keep_checkpoints=keep_checkpoints, first_pass=first_pass)
 
 
+def recover_lost(out: Path, seed: int, label: str, checkout: Path, *, threads: int, timeout: float) -> None:
+    """Recover the checkpoints that the finished run of ``seed`` x ``label`` saved and lost
+    unevaluated (:func:`load_curve`'s ``lost``), with :func:`bench.recover_checkpoints.recover`.
+
+    Raises:
+        SystemExit: the run (or, for a budget row, its seed's GRPO run) has not finished."""
+    run_dir = out / f"seed{seed}" / BY_LABEL[label].recipe
+    if not (run_dir / "FINISHED").exists():
+        raise SystemExit(f"word_arith_time: --recover {seed}:{label}: {run_dir} is not a finished run")
+    budget = BY_LABEL[label].budget
+    t_grpo = grpo_train_seconds(out / f"seed{seed}" / BY_LABEL[BASE].recipe) if budget else None
+    lost = [e["step"] for e in load_curve(run_dir, t_grpo, budget=budget) if e.get("lost")]
+    if not lost:
+        print(f"seed {seed} {label}: no checkpoint lost unevaluated", flush=True)
+        return
+    print(f"seed {seed} {label}: training again to recover steps {lost}", flush=True)
+    recover(run_dir, lost, checkout, test_path=TEST_PATH, test_size=TEST_SIZE, threads=threads, timeout=timeout)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", type=int, default=3, help="seeds 1..N (default 3)")
@@ -597,6 +629,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                       help="only evaluate the kept checkpoints of finished runs (off the training clock), then report")
     p.add_argument("--keep-checkpoints", action="store_true", help="keep the checkpoints after their evaluation")
     p.add_argument("--plot", type=Path, default=PLOT, help="where the curves are drawn (default: %(default)s)")
+    p.add_argument("--recover", metavar="SEED:ROW", default=None,
+                   help="train a finished run again saving the checkpoints it lost unevaluated, check it computed "
+                        "the same, evaluate them (bench/recover_checkpoints.py), then report; needs --checkout")
+    p.add_argument("--checkout", type=Path, default=None,
+                   help="with --recover: a checkout of the commit that trained the run, with its .venv")
     p.add_argument("overrides", nargs="*", help="extra dotted key=value overrides for every run")
     args = p.parse_args(argv)
     if args.seeds < 1:
@@ -610,13 +647,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"--rows must include {BASE!r}: every estimand is against it")
     if args.report_only and (args.no_eval or args.eval_only):
         p.error("--report-only trains and evaluates nothing; drop --no-eval / --eval-only")
+    if args.recover is not None:
+        seed, _, label = args.recover.partition(":")
+        if not seed.isdigit() or label not in known:
+            p.error(f"--recover takes SEED:ROW with ROW one of {sorted(known)}, got {args.recover!r}")
+        if args.checkout is None or args.report_only or args.no_eval or args.eval_only:
+            p.error("--recover needs --checkout and no --report-only / --no-eval / --eval-only")
+        args.recover = (int(seed), label)
+    elif args.checkout is not None:
+        p.error("--checkout is for --recover")
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     seeds = list(range(1, args.seeds + 1))
-    if args.eval_only:
+    if args.recover is not None:
+        recover_lost(args.out, *args.recover, args.checkout, threads=args.threads, timeout=args.timeout)
+    elif args.eval_only:
         evaluate_finished(args.out, seeds, args.labels, keep_checkpoints=args.keep_checkpoints)
     elif not args.report_only:
         from fastrl.models.packaged import packaged_model_dir

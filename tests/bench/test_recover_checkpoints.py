@@ -1,0 +1,121 @@
+"""Lost checkpoints trained again (bench/recover_checkpoints.py) and read back into the equal-time
+report at the original run's training times (bench/word_arith_time.py)."""
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bench import recover_checkpoints, word_arith_time
+from bench.recover_checkpoints import check_checkout, recovery_arguments, verify
+
+ORIGINAL = ["--recipe", "smollm2_135m_fastrl_paper_grpo_wordarith_vllm_cpu", "checkpoint.keep_last=1",
+            "checkpoint.save_at_train_s=[300,600,1494.8,2400]", "checkpoint.save_at_steps=[5,10,15,20]",
+            "trainer.max_steps=80", "trainer.epochs=2", "trainer.max_train_time_s=2400", "trainer.seed=1",
+            "logging.output_dir=/runs/seed1", "trainer.torch_threads=2"]
+
+
+def test_the_run_again_keeps_every_setting_that_shapes_a_step():
+    """catches: the step horizon changed to stop the run (trainer.max_steps: another LR schedule and
+    ARS horizon, other weights), the original's time grid or budget kept (other steps saved, or a
+    stop before the last lost step), or the seed dropped."""
+    args = recovery_arguments(ORIGINAL, [24, 7, 33], Path("/runs/seed1/recovered"))
+    assert args == ["--recipe", "smollm2_135m_fastrl_paper_grpo_wordarith_vllm_cpu", "checkpoint.keep_last=1",
+                    "trainer.max_steps=80", "trainer.epochs=2", "trainer.seed=1", "trainer.torch_threads=2",
+                    "checkpoint.save_at_steps=[7,24,33]", "stage.max_steps=33",
+                    "logging.output_dir=/runs/seed1/recovered"]
+    with pytest.raises(ValueError, match="positive"):
+        recovery_arguments(ORIGINAL, [], Path("/x"))
+
+
+def _metrics(run_dir: Path, steps: int, reward=lambda s: s / 10, time=lambda s: 40.0 * s) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    records = [{"kind": "start", "step": 0, "wall_time": 1.0}]
+    records += [{"kind": "train", "step": s, "reward/mean": reward(s), "loss": -reward(s), "time/step": 40.0,
+                 "time/train_elapsed": time(s), "wall_time": 100.0 + s} for s in range(1, steps + 1)]
+    records += [{"kind": "val", "step": steps, "val/accuracy": 0.4, "time/train_elapsed": time(steps)}]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_verify_compares_every_step_the_run_again_trained(tmp_path):
+    """catches: a comparison of the first step only, of times, or a run again with no step accepted."""
+    _metrics(tmp_path / "a", 6)
+    _metrics(tmp_path / "b", 4, time=lambda s: 55.0 * s)  # slower, stopped at 4: the same computation
+    assert verify(tmp_path / "a", tmp_path / "b") is None
+    _metrics(tmp_path / "c", 4, reward=lambda s: s / 10 + (0.01 if s == 4 else 0))
+    assert "step 4" in verify(tmp_path / "a", tmp_path / "c")
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "metrics.jsonl").write_text("")
+    assert "no train step" in verify(tmp_path / "a", tmp_path / "d")
+
+
+def _budget_run(run_dir: Path, seconds: dict[int, float]) -> None:
+    _metrics(run_dir, max(seconds), time=lambda s: seconds.get(s, 40.0 * s))
+    (run_dir / "train.log").write_text("".join(
+        f"x [rank 0] fastrl.checkpoint: checkpoint saved: {run_dir}/checkpoints/step_{s:08d}\n" for s in seconds))
+
+
+def _evaluated(run_dir: Path, steps: dict[int, int], seconds: dict[int, float]) -> None:
+    """``evals/curve.json`` with one evaluation per step: ``correct`` of 10 questions right."""
+    (run_dir / "evals").mkdir(parents=True, exist_ok=True)
+    curve = []
+    for step, correct in steps.items():
+        q = run_dir / "evals" / f"q{step}.jsonl"
+        q.write_text("".join(json.dumps({"id": i, "correct": int(i < correct)}) + "\n" for i in range(10)))
+        curve.append({"step": step, "train_seconds": seconds[step], "test_path": word_arith_time.TEST_PATH,
+                      "test_size": word_arith_time.TEST_SIZE, "per_question": f"evals/q{step}.jsonl"})
+    (run_dir / "evals" / "curve.json").write_text(json.dumps(curve))
+
+
+def test_a_recovered_checkpoint_stands_at_the_original_runs_time(tmp_path):
+    """catches: a recovered evaluation placed at the run again's own training time (its timing is
+    not the original's), its outcomes read from the original's directory, or a run again that
+    computed other values used."""
+    seconds = {20: 800.0, 24: 980.0, 33: 1290.0, 48: 1740.0}
+    run = tmp_path / "seed1" / "row"
+    _budget_run(run, seconds)
+    _evaluated(run, {20: 3, 48: 6}, seconds)
+    again = recover_checkpoints.recovered_dir(run)
+    assert again == tmp_path / "seed1" / "recovered" / "row"
+    _metrics(again, 33, time=lambda s: 70.0 * s)
+    _evaluated(again, {24: 4, 33: 5}, {24: 24 * 70.0, 33: 33 * 70.0})
+    curve = word_arith_time.load_curve(run, 1745.0, budget=True)
+    got = [(e["step"], e["train_seconds"], sum(e["outcomes"].values()), e.get("recovered", False)) for e in curve]
+    assert got == [(20, 800.0, 3, False), (24, 980.0, 4, True), (33, 1290.0, 5, True), (48, 1740.0, 6, False)]
+    _metrics(again, 33, reward=lambda s: 0.0)
+    with pytest.raises(SystemExit, match="computed other values"):
+        word_arith_time.load_curve(run, 1745.0, budget=True)
+
+
+def test_the_checkout_must_hold_the_trainer_that_trained_the_run(tmp_path):
+    """catches: a checkout whose fastrl/ differs from the run's commit accepted (the run again would
+    compute other values, found only after its hour of training), or a dirty commit accepted."""
+    def git(*a):
+        return subprocess.run(["git", *a], cwd=tmp_path, check=True, capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    (tmp_path / "fastrl").mkdir()
+    (tmp_path / "fastrl" / "x.py").write_text("a = 1\n")
+    (tmp_path / "README").write_text("r\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    commit = git("rev-parse", "HEAD")
+    (tmp_path / "README").write_text("changed outside the trainer\n")
+    check_checkout(tmp_path, commit)
+    with pytest.raises(SystemExit, match="dirty"):
+        check_checkout(tmp_path, commit + "+dirty")
+    (tmp_path / "fastrl" / "x.py").write_text("a = 2\n")
+    with pytest.raises(SystemExit, match="not those of"):
+        check_checkout(tmp_path, commit)
+
+
+def test_recover_needs_a_checkout_and_a_row():
+    with pytest.raises(SystemExit):
+        word_arith_time.parse_args(["--recover", "1:fastrl_paper_grpo"])
+    with pytest.raises(SystemExit):
+        word_arith_time.parse_args(["--recover", "1:nope", "--checkout", "/x"])
+    with pytest.raises(SystemExit):
+        word_arith_time.parse_args(["--checkout", "/x"])
+    assert word_arith_time.parse_args(["--recover", "2:fastrl_paper_grpo", "--checkout", "/x"]).recover == (
+        2, "fastrl_paper_grpo")
