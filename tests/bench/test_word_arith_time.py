@@ -68,6 +68,24 @@ def test_rows_run_to_the_budget_except_grpo():
         row_overrides(fast)
 
 
+def test_a_grpo_time_near_the_budget_moves_the_budget_and_the_grid_past_it():
+    """catches: a budget row stopped before or just after its seed's T_G (estimand (a) read at an
+    earlier checkpoint, or none after it for the curve), the grid left at 2,400 s under a longer budget
+    (no curve checkpoint past it), or seeds 1-3's budget changed (their committed runs' settings, which
+    a rerun of the sitting must match to reuse them)."""
+    fast = word_arith_time.BY_LABEL["fastrl_paper_grpo"]
+    for t_g in (1744.8, 2017.0, 2241.8):  # seeds 1-3
+        assert word_arith_time.budget_seconds(t_g) == 2400.0
+        assert "trainer.max_train_time_s=2400" in row_overrides(fast, t_g)
+    assert word_arith_time.budget_seconds(2260.0) == 2560.0
+    got = row_overrides(fast, 2430.4)
+    assert "trainer.max_train_time_s=2730.4" in got
+    assert ("checkpoint.save_at_train_s=[300,600,900,1200,1500,1800,2100,2180.4,2230.4,2280.4,2330.4,2380.4,"
+            "2400,2700]" in got)
+    kept = [(20, 1000.0), (48, 2380.0), (49, 2420.0), (50, 2460.0), (56, 2705.0), (57, 2740.0)]
+    assert word_arith_time.checkpoints_to_keep(kept, 2430.4) == {20, 48, 49, 56, 57}
+
+
 def test_run_order_puts_grpo_first_and_rotates_the_others():
     """catches: a rotation that moves GRPO (the band needs its time), or no rotation of the others."""
     rows = ["grpo", PRIMARY, "stratified_grpo"]
