@@ -2,17 +2,22 @@
 are gone unevaluated (the report's "not computable") are recovered by training the run again,
 step for step, and saving exactly those steps.
 
-Why it is exact: a run's steps are deterministic given its arguments and its trainer's code (seed 2
-of the equal-time benchmark, resumed from step 15, reproduced the 66 non-timing metrics of steps
-16-19 exactly), so the same arguments on the same ``fastrl/`` and ``recipes/`` give the same
-weights at every step. The run again differs only in what does not change a step: it saves the
-lost steps (``checkpoint.save_at_steps``) instead of the time grid, has no training-time budget
-(``trainer.max_train_time_s``), and stops after the last lost step with ``stage.max_steps`` (the
+Why it can be exact: a run's steps are deterministic given its arguments, its trainer's code and
+the machine's arithmetic (seed 2 of the equal-time benchmark, resumed from step 15 on the machine
+that trained it, reproduced every non-timing metric of steps 16-19 exactly but the refit check's;
+a warm start rebuilt on another machine once computed other values, ``bench/heldout.py``), so the
+same arguments on the
+same ``fastrl/`` and ``recipes/`` may give the same weights at every step. The run again differs
+only in what does not change a step: it saves the lost steps (``checkpoint.save_at_steps``, without
+optimizer state) instead of the time grid, has no training-time budget
+(``trainer.max_train_time_s``), and stops after its last saved step with ``stage.max_steps`` (the
 step horizon, hence the LR schedule and ARS, stays ``trainer.max_steps``). Whether it computed what
-the original did is checked, not assumed: every metric that is not a time, of every train step
-up to the last lost one, must be equal (:func:`bench.heldout.same_computation`), else its
-evaluations are not used. Its own timing is never used: each recovered evaluation stands at the
-original run's training time for that step.
+the original did is checked twice, not assumed, and its evaluations are used only if both hold:
+every metric that is not a time (nor the engine refit check's, :data:`SCHEDULE_ONLY`), of every
+train step it ran, equals the original's (:func:`verify`); and it also saves a control step, the
+original's first evaluated checkpoint, whose evaluation must give the original's per-question
+outcomes exactly (the same weights through the same evaluator). Its own timing is never used: each
+recovered evaluation stands at the original run's training time for that step.
 
 Layout: ``seed<S>/recovered/<recipe>/`` beside the original (with its ``<recipe>.args.json``), its
 evaluations in its ``evals/curve.json`` (``bench/eval_checkpoints.py``).
@@ -29,8 +34,14 @@ from bench.heldout import same_computation
 
 #: Arguments of the original run that the run again replaces (a time grid and budget that would
 #: save or stop at other steps, and where it writes).
-REPLACED = ("checkpoint.save_at_train_s=", "checkpoint.save_at_steps=", "trainer.max_train_time_s=",
-            "logging.output_dir=")
+REPLACED = ("checkpoint.save_at_train_s=", "checkpoint.save_at_steps=", "checkpoint.save_optimizer=",
+            "trainer.max_train_time_s=", "logging.output_dir=")
+
+
+#: Metrics that follow a schedule of the process, not the computation: the engine's refit check
+#: runs at its first refit and every fifth after, counted from the process's start, so a resumed
+#: original has them at other steps than a run again from step 0.
+SCHEDULE_ONLY = ("refit_verify/",)
 
 
 def recovered_dir(run_dir: Path) -> Path:
@@ -48,12 +59,14 @@ def recovery_arguments(original: list[str], steps: list[int], out_dir: Path) -> 
         raise ValueError(f"recover_checkpoints: steps to save must be positive step numbers, got {steps}")
     kept = [a for a in original if not a.startswith(REPLACED)]
     return [*kept, f"checkpoint.save_at_steps=[{','.join(str(s) for s in sorted(set(steps)))}]",
-            f"stage.max_steps={max(steps)}", f"logging.output_dir={out_dir}"]
+            "checkpoint.save_optimizer=false", f"stage.max_steps={max(steps)}", f"logging.output_dir={out_dir}"]
 
 
 def _train_records(run_dir: Path, last_step: int) -> list[dict]:
+    """The train records of ``run_dir`` up to ``last_step``, without :data:`SCHEDULE_ONLY` metrics."""
     records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
-    return [r for r in records if r.get("kind") == "train" and int(r["step"]) <= last_step]
+    return [{k: v for k, v in r.items() if not k.startswith(SCHEDULE_ONLY)}
+            for r in records if r.get("kind") == "train" and int(r["step"]) <= last_step]
 
 
 def verify(original: Path, again: Path) -> str | None:
@@ -65,25 +78,55 @@ def verify(original: Path, again: Path) -> str | None:
     return same_computation(_train_records(original, max(int(r["step"]) for r in mine)), mine)
 
 
-def recovered_evaluations(run_dir: Path, test_path: str, test_size: int) -> dict[int, dict]:
-    """Step -> the run again's ``evals/curve.json`` entry (of this test split) for each recovered
-    checkpoint of ``run_dir``; {} when there is no run again.
+def _outcomes(run_dir: Path, entry: dict) -> dict:
+    rows = [json.loads(x) for x in (run_dir / entry["per_question"]).read_text().splitlines() if x.strip()]
+    return {r["id"]: r["correct"] for r in rows}
+
+
+def _evaluations(run_dir: Path, test_path: str, test_size: int) -> dict[int, dict]:
+    path = run_dir / "evals" / "curve.json"
+    return {e["step"]: e for e in (json.loads(path.read_text()) if path.is_file() else [])
+            if e.get("test_path") == test_path and e.get("test_size") == test_size}
+
+
+def control_step(run_dir: Path, test_path: str, test_size: int) -> int:
+    """The run's first checkpoint evaluated on this test split: the run again saves and evaluates it
+    too, and must give its per-question outcomes exactly.
 
     Raises:
-        SystemExit: the run again computed other values than the original (its evaluations are
-            not the original's checkpoints)."""
+        SystemExit: the run has no evaluation on this split to check a run again against."""
+    done = _evaluations(run_dir, test_path, test_size)
+    if not done:
+        raise SystemExit(f"recover_checkpoints: {run_dir} has no evaluation on {test_path} ({test_size} questions) "
+                         "to check a run again against; evaluate one of its checkpoints first")
+    return min(done)
+
+
+def recovered_evaluations(run_dir: Path, test_path: str, test_size: int) -> dict[int, dict]:
+    """Step -> the run again's ``evals/curve.json`` entry (of this test split) for each recovered
+    checkpoint of ``run_dir``; {} when there is no evaluated run again.
+
+    Raises:
+        SystemExit: the run again computed other values than the original (:func:`verify`), or its
+            control step is not evaluated or answers other questions correctly than the original's
+            evaluation of that step (its evaluations are not of the original's checkpoints)."""
     again = recovered_dir(run_dir)
-    path = again / "evals" / "curve.json"
-    if not path.is_file():
+    if not (again / "evals" / "curve.json").is_file():
         return {}
     differs = verify(run_dir, again)
+    if differs is None:
+        control = control_step(run_dir, test_path, test_size)
+        mine = _evaluations(again, test_path, test_size)
+        if control not in mine:
+            differs = f"its control step {control} is not evaluated"
+        elif _outcomes(again, mine[control]) != _outcomes(run_dir, _evaluations(run_dir, test_path, test_size)[control]):
+            differs = f"its step {control} answers other test questions correctly than the original's"
     if differs is not None:
-        raise SystemExit(f"recover_checkpoints: {again} computed other values than {run_dir} ({differs}); its "
-                         "evaluations are not of the original's checkpoints: was it trained with another trainer? "
-                         "Move it aside and train it again from a checkout of the original's commit.")
-    return {e["step"]: {**e, "per_question": str(Path("..") / "recovered" / run_dir.name / e["per_question"])}
-            for e in json.loads(path.read_text())
-            if e.get("test_path") == test_path and e.get("test_size") == test_size}
+        raise SystemExit(f"recover_checkpoints: {again} did not compute what {run_dir} did ({differs}); its "
+                         "evaluations are not of the original's checkpoints (another trainer, evaluator or machine "
+                         "arithmetic?). Move it aside; the lost checkpoints stay not computable.")
+    return {step: {**e, "per_question": str(Path("..") / "recovered" / run_dir.name / e["per_question"])}
+            for step, e in _evaluations(again, test_path, test_size).items()}
 
 
 def check_checkout(checkout: Path, commit: str) -> None:
@@ -101,24 +144,33 @@ def check_checkout(checkout: Path, commit: str) -> None:
 def recover(run_dir: Path, steps: list[int], checkout: Path, *, test_path: str, test_size: int, threads: int,
             timeout: float) -> Path:
     """Train ``run_dir`` again in ``checkout`` (its ``.venv``; a checkout of the original's commit,
-    :func:`check_checkout`) saving ``steps``, check it (:func:`verify`), then evaluate and delete its
-    checkpoints there (``bench/eval_checkpoints.py``). Returns the run again's directory.
+    :func:`check_checkout`) saving ``steps`` and the :func:`control_step`, check it (:func:`verify`),
+    then evaluate and delete its checkpoints there (``bench/eval_checkpoints.py``); the control is
+    checked when the report reads it (:func:`recovered_evaluations`). Returns the run again's
+    directory.
 
     Raises:
-        SystemExit: the checkout is of another trainer, training or evaluation failed (its log is
-            named), or the run again computed other values than the original."""
+        SystemExit: the checkout is of another trainer, a partial run again is in the way, training or
+            evaluation failed (its log is named), or the run again computed other values than the
+            original."""
+    run_dir, checkout = run_dir.resolve(), checkout.resolve()
     commit = json.loads((run_dir.parent / f"{run_dir.name}.bench_run.json").read_text())["commit"]
     check_checkout(checkout, commit)
     again = recovered_dir(run_dir)
-    original = json.loads((run_dir.parent / f"{run_dir.name}.args.json").read_text())
-    args = recovery_arguments(original, steps, again.parent)
-    again.parent.mkdir(parents=True, exist_ok=True)
-    (again.parent / f"{run_dir.name}.args.json").write_text(json.dumps(args))
+    steps = sorted({*steps, control_step(run_dir, test_path, test_size)})
     python = str(checkout / ".venv" / "bin" / "python")
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(threads), TOKENIZERS_PARALLELISM="false")
     log = again.parent / f"{run_dir.name}.log"
     trained = _train_records(again, 10**9) if (again / "metrics.jsonl").is_file() else []
-    if max((int(r["step"]) for r in trained), default=0) < max(steps):  # else trained already (a stage ends unfinished)
+    if trained and max(int(r["step"]) for r in trained) < max(steps):
+        raise SystemExit(f"recover_checkpoints: {again} is a partial run again (stopped at step "
+                         f"{max(int(r['step']) for r in trained)} of {max(steps)}); a resumed one would not stop where "
+                         "it should: move it aside and run --recover again")
+    if not trained:
+        original = json.loads((run_dir.parent / f"{run_dir.name}.args.json").read_text())
+        args = recovery_arguments(original, steps, again.parent)
+        again.parent.mkdir(parents=True, exist_ok=True)
+        (again.parent / f"{run_dir.name}.args.json").write_text(json.dumps(args))
         with open(log, "a") as f:
             code = subprocess.run([python, "-m", "fastrl.train", *args], cwd=checkout, env=env, stdout=f,
                                   stderr=subprocess.STDOUT, timeout=timeout).returncode

@@ -259,16 +259,20 @@ SAVED_LINE = re.compile(r"checkpoint saved: \S*step_(\d+)")
 def saved_checkpoints(run_dir: Path) -> list[tuple[int, float]]:
     """``(step, training seconds)`` of every checkpoint the run's trainer saved, by step: the steps of
     ``train.log``'s ``checkpoint saved:`` lines, each at ``metrics.jsonl``'s ``time/train_elapsed`` of
-    that step (the value the checkpoint's marker records as ``train_seconds``). Committed with the
+    that step (the value the checkpoint's marker records as ``train_seconds``); a save after the last
+    logged step (a run stopped between a save and its metrics line) is left out. Committed with the
     run, so a report knows which checkpoints existed after they are gone.
 
     Raises:
         FileNotFoundError: the run has no ``train.log`` or ``metrics.jsonl``.
-        ValueError: a saved step has no train record with ``time/train_elapsed``."""
+        ValueError: a saved step before the last logged one has no train record with
+            ``time/train_elapsed``."""
     steps = sorted({int(m.group(1)) for m in SAVED_LINE.finditer((run_dir / "train.log").read_text())})
     seconds = {int(r["step"]): float(r["time/train_elapsed"])
                for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
                if r.get("kind") == "train" and "time/train_elapsed" in r}
+    # a step's save is logged before its metrics: a run stopped in between saved a step it never logged
+    steps = [s for s in steps if s <= max(seconds, default=0)]
     missing = [s for s in steps if s not in seconds]
     if missing:
         raise ValueError(f"{run_dir / 'train.log'}: checkpoints saved at steps {missing}, which "
@@ -283,9 +287,11 @@ def load_curve(run_dir: Path, t_grpo: float | None = None, *, budget: bool = Fal
     evaluated: kept on disk (not evaluated yet; an estimand that would read it is pending,
     :func:`seed_comparison`), or gone (``"lost": True``: the run saved it, :func:`saved_checkpoints`,
     and it is neither evaluated nor kept; an estimand that would read it cannot be computed). The
-    checkpoints meant for evaluation are every saved one of a GRPO run and, of a ``budget`` row,
-    those :func:`checkpoints_to_keep` keeps at ``t_grpo`` (the band's others are deleted unevaluated
-    by design). A lost checkpoint that was trained again and evaluated
+    checkpoints meant for evaluation are those :func:`checkpoints_to_keep` keeps of the saved ones
+    (at ``t_grpo`` for a ``budget`` row; the band's others are deleted unevaluated by design): the
+    step marks, the first after each grid time and the last; a checkpoint a run saved and rotated
+    out by design otherwise (``checkpoint.save_every``, which these runs do not set) that is one of
+    those would read as lost. A lost checkpoint that was trained again and evaluated
     (:mod:`bench.recover_checkpoints`, checked to have computed what the run did) is an evaluation
     (``"recovered": True``) at the original run's training time for its step.
 
@@ -305,7 +311,7 @@ def load_curve(run_dir: Path, t_grpo: float | None = None, *, budget: bool = Fal
             done.add(ck.step)
     if (run_dir / "train.log").is_file():
         saved = saved_checkpoints(run_dir)
-        meant = checkpoints_to_keep(saved, t_grpo) if budget else {s for s, _ in saved}
+        meant = checkpoints_to_keep(saved, t_grpo if budget else None)
         again = recovered_evaluations(run_dir, TEST_PATH, TEST_SIZE)
         out += [_with_outcomes(run_dir, {**again[s], "train_seconds": t, "recovered": True}) if s in again else
                 {"step": s, "train_seconds": t, "outcomes": None, "lost": True}
@@ -503,8 +509,8 @@ def markdown(summary: list[dict], power: dict) -> str:
             for r in summary if any(r["lost"].values())]
     if gone:
         lines += ["", "Not computable, seeds whose estimand reads a checkpoint the run saved that was lost before "
-                  "its evaluation (left out of the columns above; only training the seed again can recover it): "
-                  + "; ".join(gone) + "."]
+                  "its evaluation (left out of the columns above; `--recover SEED:ROW --checkout DIR` trains the row "
+                  "again and uses its evaluations only if it computed what the run did): " + "; ".join(gone) + "."]
     lines += ["", "Per seed (GRPO's training time T_G for its steps and its final accuracy; each row's checkpoint at or "
               "before T_G, its accuracy, McNemar p against GRPO, and its time to GRPO's accuracy):", ""]
     for r in summary:
@@ -627,7 +633,7 @@ def recover_lost(out: Path, seed: int, label: str, checkout: Path, *, threads: i
 
     Raises:
         SystemExit: the run (or, for a budget row, its seed's GRPO run) has not finished."""
-    run_dir = out / f"seed{seed}" / BY_LABEL[label].recipe
+    run_dir = out.resolve() / f"seed{seed}" / BY_LABEL[label].recipe
     if not (run_dir / "FINISHED").exists():
         raise SystemExit(f"word_arith_time: --recover {seed}:{label}: {run_dir} is not a finished run")
     budget = BY_LABEL[label].budget

@@ -23,7 +23,7 @@ def test_the_run_again_keeps_every_setting_that_shapes_a_step():
     args = recovery_arguments(ORIGINAL, [24, 7, 33], Path("/runs/seed1/recovered"))
     assert args == ["--recipe", "smollm2_135m_fastrl_paper_grpo_wordarith_vllm_cpu", "checkpoint.keep_last=1",
                     "trainer.max_steps=80", "trainer.epochs=2", "trainer.seed=1", "trainer.torch_threads=2",
-                    "checkpoint.save_at_steps=[7,24,33]", "stage.max_steps=33",
+                    "checkpoint.save_at_steps=[7,24,33]", "checkpoint.save_optimizer=false", "stage.max_steps=33",
                     "logging.output_dir=/runs/seed1/recovered"]
     with pytest.raises(ValueError, match="positive"):
         recovery_arguments(ORIGINAL, [], Path("/x"))
@@ -39,8 +39,13 @@ def _metrics(run_dir: Path, steps: int, reward=lambda s: s / 10, time=lambda s: 
 
 
 def test_verify_compares_every_step_the_run_again_trained(tmp_path):
-    """catches: a comparison of the first step only, of times, or a run again with no step accepted."""
+    """catches: a comparison of the first step only, of times, of the refit check's schedule (a
+    resumed original has it at other steps: seed 2's row would never verify), or a run again with no
+    step accepted."""
     _metrics(tmp_path / "a", 6)
+    lines = (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()
+    lines[3] = json.dumps({**json.loads(lines[3]), "refit_verify/abs_diff_max": 0.0})  # the original's step 3
+    (tmp_path / "a" / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     _metrics(tmp_path / "b", 4, time=lambda s: 55.0 * s)  # slower, stopped at 4: the same computation
     assert verify(tmp_path / "a", tmp_path / "b") is None
     _metrics(tmp_path / "c", 4, reward=lambda s: s / 10 + (0.01 if s == 4 else 0))
@@ -79,13 +84,49 @@ def test_a_recovered_checkpoint_stands_at_the_original_runs_time(tmp_path):
     again = recover_checkpoints.recovered_dir(run)
     assert again == tmp_path / "seed1" / "recovered" / "row"
     _metrics(again, 33, time=lambda s: 70.0 * s)
-    _evaluated(again, {24: 4, 33: 5}, {24: 24 * 70.0, 33: 33 * 70.0})
+    _evaluated(again, {20: 3, 24: 4, 33: 5}, {20: 1400.0, 24: 24 * 70.0, 33: 33 * 70.0})  # 20: the control
     curve = word_arith_time.load_curve(run, 1745.0, budget=True)
     got = [(e["step"], e["train_seconds"], sum(e["outcomes"].values()), e.get("recovered", False)) for e in curve]
     assert got == [(20, 800.0, 3, False), (24, 980.0, 4, True), (33, 1290.0, 5, True), (48, 1740.0, 6, False)]
-    _metrics(again, 33, reward=lambda s: 0.0)
-    with pytest.raises(SystemExit, match="computed other values"):
+    _evaluated(again, {20: 4, 24: 4, 33: 5}, {20: 1400.0, 24: 24 * 70.0, 33: 33 * 70.0})
+    with pytest.raises(SystemExit, match="step 20 answers other test questions"):
         word_arith_time.load_curve(run, 1745.0, budget=True)
+    _evaluated(again, {24: 4, 33: 5}, {24: 24 * 70.0, 33: 33 * 70.0})
+    with pytest.raises(SystemExit, match="control step 20 is not evaluated"):
+        word_arith_time.load_curve(run, 1745.0, budget=True)
+    _evaluated(again, {20: 3, 24: 4, 33: 5}, {20: 1400.0, 24: 24 * 70.0, 33: 33 * 70.0})
+    _metrics(again, 33, reward=lambda s: 0.0)
+    with pytest.raises(SystemExit, match="did not compute what"):
+        word_arith_time.load_curve(run, 1745.0, budget=True)
+
+
+def test_recover_trains_the_lost_steps_and_the_control_once(tmp_path, monkeypatch):
+    """catches: the control step left out of the run again, the lost steps not all saved, or a partial
+    run again resumed (it would train past the last step, since stage.max_steps counts from the resume)."""
+    seconds = {20: 800.0, 24: 980.0, 33: 1290.0}
+    run = tmp_path / "seed1" / "row"
+    _budget_run(run, seconds)
+    _evaluated(run, {20: 3}, seconds)
+    (tmp_path / "seed1" / "row.bench_run.json").write_text(json.dumps({"commit": "abc"}))
+    (tmp_path / "seed1" / "row.args.json").write_text(json.dumps(ORIGINAL))
+    monkeypatch.setattr(recover_checkpoints, "check_checkout", lambda checkout, commit: None)
+    calls = []
+
+    def fake_run(cmd, **kw):
+        calls.append(cmd)
+        if "fastrl.train" in cmd:
+            _metrics(recover_checkpoints.recovered_dir(run), 33)
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(recover_checkpoints.subprocess, "run", fake_run)
+    split = {"test_path": word_arith_time.TEST_PATH, "test_size": word_arith_time.TEST_SIZE}
+    recover_checkpoints.recover(run, [33, 24], tmp_path / "checkout", **split, threads=2, timeout=9)
+    train = next(c for c in calls if "fastrl.train" in c)
+    assert "checkpoint.save_at_steps=[20,24,33]" in train and "stage.max_steps=33" in train
+    assert any("eval_checkpoints.py" in " ".join(c) for c in calls)
+    _metrics(recover_checkpoints.recovered_dir(run), 30)  # a run again stopped part-way
+    with pytest.raises(SystemExit, match="partial run again"):
+        recover_checkpoints.recover(run, [24, 33], tmp_path / "checkout", **split, threads=2, timeout=9)
 
 
 def test_the_checkout_must_hold_the_trainer_that_trained_the_run(tmp_path):

@@ -308,19 +308,24 @@ def _saved_run(run_dir: Path, seconds: dict[int, float]) -> None:
 
 def test_saved_checkpoints_come_from_the_trainers_log_at_their_training_time(tmp_path):
     """catches: the "(best)" line counted as a second checkpoint, a step's time taken from another step,
-    or a saved step without a training time accepted."""
+    a saved step without a training time accepted, or a run stopped between its last save and that
+    step's metrics line refused (the report of every seed would fail on it)."""
     _saved_run(tmp_path, {5: 210.0, 20: 800.0})
     assert word_arith_time.saved_checkpoints(tmp_path) == [(5, 210.0), (20, 800.0)]
-    (tmp_path / "metrics.jsonl").write_text(json.dumps({"kind": "train", "step": 5, "time/train_elapsed": 210.0}) + "\n")
+    record = {"kind": "train", "step": 5, "time/train_elapsed": 210.0}
+    (tmp_path / "metrics.jsonl").write_text(json.dumps(record) + "\n")
+    assert word_arith_time.saved_checkpoints(tmp_path) == [(5, 210.0)]  # step 20 saved, never logged
+    (tmp_path / "metrics.jsonl").write_text(json.dumps(record) + "\n" + json.dumps({**record, "step": 25}) + "\n")
     with pytest.raises(ValueError, match=r"steps \[20\]"):
         word_arith_time.saved_checkpoints(tmp_path)
 
 
-def test_a_saved_checkpoint_neither_evaluated_nor_kept_is_lost_and_its_estimands_not_computable(tmp_path):
+def test_a_saved_checkpoint_neither_evaluated_nor_kept_is_lost_and_its_estimands_not_computable(tmp_path, monkeypatch):
     """catches: load_curve building its placeholders from the checkpoints on disk alone (a curve whose
     unevaluated checkpoints are gone reads as complete: time to GRPO's accuracy "not reached", equal time
-    read at an earlier checkpoint), a band checkpoint deleted by design counted as lost, or a lost
-    checkpoint reported as pending (``--eval-only`` cannot evaluate it)."""
+    read at an earlier checkpoint), a band checkpoint deleted by design counted as lost, a checkpoint
+    still on disk counted as lost too, or a lost checkpoint reported as pending (``--eval-only``
+    cannot evaluate it)."""
     t_grpo = 1745.0
     seconds = {20: 800.0, 24: 980.0, 33: 1290.0, 42: 1560.0, 43: 1700.0, 45: 1720.0, 48: 1740.0, 51: 1800.0}
     run = tmp_path / "run"
@@ -331,11 +336,20 @@ def test_a_saved_checkpoint_neither_evaluated_nor_kept_is_lost_and_its_estimands
     (run / "evals" / "curve.json").write_text(json.dumps([
         {"step": s, "train_seconds": seconds[s], "test_path": word_arith_time.TEST_PATH,
          "test_size": word_arith_time.TEST_SIZE, "per_question": "evals/q.jsonl"} for s in (20, 51)]))
-    curve = word_arith_time.load_curve(run, t_grpo, budget=True)
     # 43 and 45 are band checkpoints deleted unevaluated by design; the grid's 24, 33, 42 and the
-    # band's 48 (the last at or before T_G) were meant for evaluation
+    # band's 48 (the last at or before T_G) were meant for evaluation; 42 is still on disk (pending)
+    from bench.eval_checkpoints import CheckpointInfo
+    from fastrl.checkpoint.manager import CheckpointManager
+
+    (run / "checkpoints").mkdir()
+    monkeypatch.setattr(word_arith_time, "checkpoints_to_evaluate", lambda run_dir: [CheckpointInfo(run / "42", 42)])
+    monkeypatch.setattr(CheckpointManager, "verify", staticmethod(lambda path: {"train_seconds": 1560.0}))
+    curve = word_arith_time.load_curve(run, t_grpo, budget=True)
     assert [(e["step"], e["outcomes"] is None, e.get("lost", False)) for e in curve] == [
-        (20, False, False), (24, True, True), (33, True, True), (42, True, True), (48, True, True), (51, False, False)]
+        (20, False, False), (24, True, True), (33, True, True), (42, True, False), (48, True, True), (51, False, False)]
+    shutil.rmtree(run / "checkpoints")
+    curve = word_arith_time.load_curve(run, t_grpo, budget=True)
+    assert [e["step"] for e in curve if e.get("lost")] == [24, 33, 42, 48]
     grpo = [_entry(20, t_grpo, 3)]
     c = seed_comparison(curve, grpo)
     assert c["lost"] == ["equal_time", "time_to_grpo"] and c["pending"] == []
