@@ -7,9 +7,9 @@ the machine's arithmetic (seed 2 of the equal-time benchmark, resumed from step 
 that trained it, reproduced every non-timing metric of steps 16-19 exactly but the refit check's;
 a warm start rebuilt on another machine once computed other values, ``bench/heldout.py``), so the
 same arguments on the same ``fastrl/`` and ``recipes/`` may give the same weights at every step.
-The run again differs only in what does not change a step: it saves the lost steps (``checkpoint.save_at_steps``, without
-optimizer state) instead of the time grid, has no training-time budget
-(``trainer.max_train_time_s``), and stops after its last saved step with ``stage.max_steps`` (the
+The run again differs only in what does not change a step: it saves the lost steps
+(``checkpoint.save_at_steps``, without optimizer state) instead of the time grid, has no
+training-time budget (``trainer.max_train_time_s``), and stops after its last saved step with ``stage.max_steps`` (the
 step horizon, hence the LR schedule and ARS, stays ``trainer.max_steps``). Whether it computed what
 the original did is checked twice, not assumed, and its evaluations are used only if both hold:
 every metric that is not a time (nor the engine refit check's, :data:`SCHEDULE_ONLY`), of every
