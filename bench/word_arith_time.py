@@ -25,7 +25,8 @@ rows' checkpoints are placed at its training time, then the other rows rotated l
 places; ``bench_run.json`` beside each run (:func:`bench.heldout.run_one`: position, commit, other
 processes' cores and the hypervisor's steal, which is how a drift between the positions would show).
 GRPO trains :data:`GRPO_STEPS` steps and keeps its checkpoints at :data:`STEP_MARKS`; every other
-row trains until its training time reaches :data:`BUDGET_S` (``trainer.max_train_time_s``; the step
+row trains until its training time reaches :data:`BUDGET_S` (or, for a ``T_G`` near it, ``T_G`` + 300 s:
+:func:`budget_seconds`; ``trainer.max_train_time_s``; the step
 horizon :data:`HORIZON_STEPS`, with ``trainer.epochs=2`` since one epoch of the 600 training prompts
 is 75 steps, is the LR schedule's and ARS's, set above the 45-60 steps the budget allows at FastRL's
 40-53 s steps) and keeps a checkpoint for good at each step of :data:`STEP_MARKS`, at each training
@@ -80,6 +81,15 @@ GRPO_STEPS = 20
 BUDGET_S = 2400.0
 HORIZON_STEPS = 80
 GRID_S = (300.0, 600.0, 900.0, 1200.0, 1500.0, 1800.0, 2100.0, 2400.0)
+#: Amendment fixed on 2026-12-07 (23:59 UTC) from seed 4's first two GRPO steps (responses of about
+#: 100 tokens, steps of 130-150 s: a ``T_G`` near or past :data:`BUDGET_S`), before its ``T_G`` or any
+#: accuracy of it was known: a seed whose ``T_G`` comes within :data:`BUDGET_MIN_MARGIN_S` of the
+#: budget runs its budget rows to ``T_G`` + :data:`BUDGET_MARGIN_S`, the grid going on every
+#: :data:`GRID_STEP_S` to that budget (:func:`budget_seconds`); seeds 1-3 (``T_G`` 1,745-2,242 s) keep
+#: 2,400 s.
+BUDGET_MIN_MARGIN_S = 150.0
+BUDGET_MARGIN_S = 300.0
+GRID_STEP_S = 300.0
 BAND_S = 250.0
 BAND_STEP_S = 50.0
 STEP_MARKS = (5, 10, 15, 20)
@@ -146,11 +156,27 @@ def band_times(t_grpo: float) -> tuple[float, ...]:
     return tuple(round(t_grpo - BAND_STEP_S * i, 1) for i in range(k, 0, -1))
 
 
+def budget_seconds(t_grpo: float) -> float:
+    """A budget row's training-time budget in the seed whose GRPO trained ``t_grpo`` seconds:
+    :data:`BUDGET_S`, or ``t_grpo`` + :data:`BUDGET_MARGIN_S` when ``t_grpo`` is within
+    :data:`BUDGET_MIN_MARGIN_S` of it (so that estimand (a)'s checkpoint and the ones after it
+    exist)."""
+    return BUDGET_S if t_grpo + BUDGET_MIN_MARGIN_S <= BUDGET_S else round(t_grpo + BUDGET_MARGIN_S, 1)
+
+
+def grid_times(t_grpo: float | None) -> tuple[float, ...]:
+    """The curve grid of a budget row: :data:`GRID_S`, then every :data:`GRID_STEP_S` up to its
+    budget (:func:`budget_seconds`; ``t_grpo`` None, a GRPO run: :data:`GRID_S`)."""
+    budget = BUDGET_S if t_grpo is None else budget_seconds(t_grpo)
+    extra = int((budget - GRID_S[-1]) // GRID_STEP_S)
+    return (*GRID_S, *(GRID_S[-1] + GRID_STEP_S * i for i in range(1, extra + 1)))
+
+
 def row_overrides(row: TimedRow, t_grpo: float | None = None) -> list[str]:
     """The overrides of ``row``'s runs (before the seed's and the command line's): GRPO runs
     :data:`GRPO_STEPS` steps with checkpoints at :data:`STEP_MARKS` only (its last is its step 20);
-    a budget row runs to :data:`BUDGET_S` with checkpoints at :data:`STEP_MARKS`, on :data:`GRID_S`
-    and on the band before ``t_grpo`` (its seed's GRPO training time, :func:`grpo_train_seconds`).
+    a budget row runs to :func:`budget_seconds` with checkpoints at :data:`STEP_MARKS`, on
+    :func:`grid_times` and on the band before ``t_grpo`` (its seed's GRPO training time, :func:`grpo_train_seconds`).
 
     Raises:
         ValueError: a budget row without ``t_grpo``."""
@@ -159,9 +185,9 @@ def row_overrides(row: TimedRow, t_grpo: float | None = None) -> list[str]:
         return [*COMMON, marks, "data.test_size=0", f"trainer.max_steps={GRPO_STEPS}"]
     if t_grpo is None:
         raise ValueError(f"{row.label}: its checkpoint band needs its seed's GRPO training time; run GRPO first")
-    grid = ",".join(f"{t:g}" for t in sorted({*GRID_S, *(b for b in band_times(t_grpo) if 0 < b)}))
+    grid = ",".join(f"{t:g}" for t in sorted({*grid_times(t_grpo), *(b for b in band_times(t_grpo) if 0 < b)}))
     return [*COMMON, f"checkpoint.save_at_train_s=[{grid}]", marks, "data.test_size=0",
-            f"trainer.max_steps={HORIZON_STEPS}", "trainer.epochs=2", f"trainer.max_train_time_s={BUDGET_S:g}"]
+            f"trainer.max_steps={HORIZON_STEPS}", "trainer.epochs=2", f"trainer.max_train_time_s={budget_seconds(t_grpo):g}"]
 
 
 def grpo_train_seconds(run_dir: Path) -> float:
@@ -181,11 +207,11 @@ def grpo_train_seconds(run_dir: Path) -> float:
 
 def checkpoints_to_keep(kept: list[tuple[int, float]], t_grpo: float | None) -> set[int]:
     """Steps of a run's kept checkpoints (``(step, train_seconds)``, any order) that are evaluated:
-    those of :data:`STEP_MARKS`, the first at or after each time of :data:`GRID_S`, the last at or
-    before ``t_grpo`` (estimand (a)), and the last one; the other band checkpoints are not."""
+    those of :data:`STEP_MARKS`, the first at or after each time of :func:`grid_times`, the last at
+    or before ``t_grpo`` (estimand (a)), and the last one; the other band checkpoints are not."""
     kept = sorted(kept, key=lambda c: c[1])
     out = {s for s, _ in kept if s in STEP_MARKS}
-    for g in GRID_S:
+    for g in grid_times(t_grpo):
         first = next((s for s, t in kept if t >= g), None)
         if first is not None:
             out.add(first)
