@@ -38,9 +38,13 @@ when steps are at least :data:`BAND_STEP_S` long (and one that ends at most that
 otherwise) (``checkpoint.save_at_train_s`` / ``save_at_steps``; a grid checkpoint is saved after
 the step that reaches its time). No held-out evaluation runs during training (``data.test_size=0``).
 After each run the band checkpoints other than the one estimand (a) uses are deleted unevaluated
-(:func:`checkpoints_to_keep`) and the rest are evaluated on the test split
-(:func:`bench.eval_checkpoints.evaluate_run`, :data:`TEST_PATH`, :data:`TEST_SIZE` problems; the
-first 300 are the earlier test split) and deleted (``--keep-checkpoints`` keeps them); ``--no-eval``
+(:func:`checkpoints_to_keep`) and the checkpoints the estimands read (:func:`estimand_steps`) are
+evaluated on the test split at once (:func:`bench.eval_checkpoints.evaluate_run`, :data:`TEST_PATH`,
+:data:`TEST_SIZE` problems; the first 300 are the earlier test split), off the training clock, before
+the next run starts; the rest of the curves are evaluated after the sitting's last run
+(:func:`evaluate_finished`); each checkpoint is deleted once evaluated (``--keep-checkpoints`` keeps
+them). A machine that ends in the middle of a sitting then loses curve points, which ``--recover``
+can train again, not the estimands of the runs already trained. ``--no-eval``
 trains only (the rows of a sitting back to back on an idle machine) and ``--eval-only`` evaluates
 what earlier sittings left, off the training clock, in two passes (:func:`evaluate_finished`: first
 the checkpoints the estimands read, in every run, then the rest of the curves). A checkpoint a run
@@ -610,12 +614,14 @@ def evaluate(run_dir: Path, label: str, t_grpo: float | None, *, keep_checkpoint
                  steps=estimand_steps(run_dir, label, t_grpo) if first_pass else None)
 
 
-def evaluate_finished(out: Path, seeds: list[int], labels: list[str], *, keep_checkpoints: bool) -> None:
+def evaluate_finished(out: Path, seeds: list[int], labels: list[str], *, keep_checkpoints: bool,
+                      estimands_done: bool = False) -> None:
     """Evaluate the kept checkpoints of every finished run of ``seeds`` x ``labels`` under ``out``
     in two passes: first the checkpoints the estimands read (:func:`estimand_steps`) in every run,
     then the rest of the curves (a run with no ``FINISHED`` marker is skipped with a line saying so:
-    its sitting trains it on)."""
-    for first_pass in (True, False):
+    its sitting trains it on). ``estimands_done``: only the second pass (the sitting evaluated the
+    first after each run)."""
+    for first_pass in (False,) if estimands_done else (True, False):
         for s in seeds:
             for label in run_order(labels, s):
                 run_dir = out / f"seed{s}" / BY_LABEL[label].recipe
@@ -713,11 +719,13 @@ def main(argv: list[str] | None = None) -> int:
                 run_one(Row(row.label, row.recipe, row.title), seed_dir,
                         [*row_overrides(row, t_grpo), *seed_overrides(s), *args.overrides], position=position,
                         threads=args.threads, timeout=args.timeout)
-                if not args.no_eval:
-                    evaluate(seed_dir / row.recipe, label, t_grpo, keep_checkpoints=args.keep_checkpoints)
+                if not args.no_eval:  # what the estimands read, before the next run can be cut off
+                    evaluate(seed_dir / row.recipe, label, t_grpo, keep_checkpoints=args.keep_checkpoints,
+                             first_pass=True)
         if args.no_eval:
             print("trained; evaluate with --eval-only", flush=True)
             return 0
+        evaluate_finished(args.out, seeds, args.labels, keep_checkpoints=args.keep_checkpoints, estimands_done=True)
     per_seed = collect(args.out, seeds, args.labels)
     summary = summarize(per_seed, args.labels)
     text = markdown(summary, committed_power())

@@ -152,6 +152,38 @@ def test_eval_only_skips_unfinished_runs(tmp_path, monkeypatch, capsys):
     assert "not finished" in capsys.readouterr().out
 
 
+def test_a_sitting_evaluates_each_runs_estimands_before_its_next_run(tmp_path, monkeypatch):
+    """catches: a run's whole curve evaluated before the next run trains (a machine that ends in the
+    sitting then loses the next runs' estimand checkpoints too), the estimands left until the
+    sitting's end, or the rest of the curves never evaluated."""
+    calls = []
+
+    def train(row, seed_dir, overrides, **kw):
+        (seed_dir / row.recipe).mkdir(parents=True)
+        (seed_dir / row.recipe / "FINISHED").write_text("")
+        calls.append(("train", row.label))
+
+    class Reported(Exception):
+        pass
+
+    def report(*args):
+        raise Reported
+
+    monkeypatch.setattr("fastrl.models.packaged.packaged_model_dir", lambda name: None)
+    monkeypatch.setattr(word_arith_time, "run_one", train)
+    monkeypatch.setattr(word_arith_time, "grpo_train_seconds", lambda run_dir: 1744.8)
+    monkeypatch.setattr(word_arith_time, "drop_unused_band", lambda run_dir, t: [])
+    monkeypatch.setattr(word_arith_time, "estimand_steps", lambda run_dir, label, t: {20})
+    monkeypatch.setattr(word_arith_time, "evaluate_run",
+                        lambda run_dir, **kw: calls.append(("eval", run_dir.name, kw["steps"])))
+    monkeypatch.setattr(word_arith_time, "collect", report)
+    with pytest.raises(Reported):
+        word_arith_time.main(["--seeds", "1", "--rows", f"grpo,{PRIMARY}", "--out", str(tmp_path)])
+    grpo, row = (word_arith_time.BY_LABEL[x].recipe for x in ("grpo", PRIMARY))
+    assert calls == [("train", "grpo"), ("eval", grpo, {20}), ("train", PRIMARY), ("eval", row, {20}),
+                     ("eval", grpo, None), ("eval", row, None)]
+
+
 def test_no_eval_and_eval_only_exclude_each_other_and_report_only():
     with pytest.raises(SystemExit):
         word_arith_time.parse_args(["--rows", "grpo", "--no-eval", "--eval-only"])
