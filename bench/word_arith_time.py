@@ -100,7 +100,7 @@ GRID_S = (300.0, 600.0, 900.0, 1200.0, 1500.0, 1800.0, 2100.0, 2400.0)
 #: Amendment fixed on 2026-12-07 (23:59 UTC) from seed 4's first two GRPO steps (responses of about
 #: 100 tokens, steps of 130-150 s: a ``T_G`` near or past :data:`BUDGET_S`), before its ``T_G`` or any
 #: accuracy of it was known: a seed whose ``T_G`` comes within :data:`BUDGET_MIN_MARGIN_S` of the
-#: budget runs its budget rows to ``T_G`` + :data:`BUDGET_MARGIN_S`, the grid going on every
+#: budget, or past it, runs its budget rows to ``T_G`` + :data:`BUDGET_MARGIN_S`, the grid going on every
 #: :data:`GRID_STEP_S` to that budget (:func:`budget_seconds`); seeds 1-3 (``T_G`` 1,745-2,242 s) keep
 #: 2,400 s.
 BUDGET_MIN_MARGIN_S = 150.0
@@ -174,9 +174,9 @@ def band_times(t_grpo: float) -> tuple[float, ...]:
 
 def budget_seconds(t_grpo: float) -> float:
     """A budget row's training-time budget in the seed whose GRPO trained ``t_grpo`` seconds:
-    :data:`BUDGET_S`, or ``t_grpo`` + :data:`BUDGET_MARGIN_S` when ``t_grpo`` is within
-    :data:`BUDGET_MIN_MARGIN_S` of it (so that estimand (a)'s checkpoint and the ones after it
-    exist)."""
+    :data:`BUDGET_S`, or ``t_grpo`` + :data:`BUDGET_MARGIN_S` when ``t_grpo`` is above
+    :data:`BUDGET_S` - :data:`BUDGET_MIN_MARGIN_S` (within that margin of the budget, or past it; so
+    that estimand (a)'s checkpoint and the ones after it exist)."""
     return BUDGET_S if t_grpo + BUDGET_MIN_MARGIN_S <= BUDGET_S else round(t_grpo + BUDGET_MARGIN_S, 1)
 
 
