@@ -14,9 +14,12 @@ step horizon, hence the LR schedule and ARS, stays ``trainer.max_steps``). Wheth
 the original did is checked twice, not assumed, and its evaluations are used only if both hold:
 every metric that is not a time (nor the engine refit check's, :data:`SCHEDULE_ONLY`), of every
 train step it ran, equals the original's (:func:`verify`); and it also saves a control step, the
-original's first evaluated checkpoint, whose evaluation must give the original's per-question
-outcomes exactly (the same weights through the same evaluator). Its own timing is never used: each
-recovered evaluation stands at the original run's training time for that step.
+original's latest evaluated checkpoint at or before the last lost step (:func:`control_step`), whose
+evaluation must give the original's per-question outcomes exactly (the same weights through the
+same evaluator). A step's metrics are computed before its own update, so the update of the run
+again's last step is checked by neither: its weights are a deterministic optimizer step from
+weights whose every metric matched. Its own timing is never used: each recovered evaluation stands
+at the original run's training time for that step.
 
 Layout: ``seed<S>/recovered/<recipe>/`` beside the original (with its ``<recipe>.args.json``), its
 evaluations in its ``evals/curve.json`` (``bench/eval_checkpoints.py``).
@@ -88,9 +91,11 @@ def _evaluations(run_dir: Path, test_path: str, test_size: int) -> dict[int, dic
             if e.get("test_path") == test_path and e.get("test_size") == test_size}
 
 
-def control_step(run_dir: Path, test_path: str, test_size: int) -> int:
-    """The run's first checkpoint evaluated on this test split: the run again saves and evaluates it
-    too, and must give its per-question outcomes exactly.
+def control_step(run_dir: Path, test_path: str, test_size: int, last_step: int) -> int:
+    """The checkpoint of the run that a run again to ``last_step`` saves and evaluates too, and must
+    give its per-question outcomes exactly: the run's latest checkpoint evaluated on this test split
+    at or before ``last_step`` (the one that checks the most of the steps it trains), else its first
+    (the run again then trains on to it, and it is its last step).
 
     Raises:
         SystemExit: the run has no evaluation on this split to check a run again against."""
@@ -98,7 +103,8 @@ def control_step(run_dir: Path, test_path: str, test_size: int) -> int:
     if not done:
         raise SystemExit(f"recover_checkpoints: {run_dir} has no evaluation on {test_path} ({test_size} questions) "
                          "to check a run again against; evaluate one of its checkpoints first")
-    return min(done)
+    before = [s for s in done if s <= last_step]
+    return max(before) if before else min(done)
 
 
 def recovered_evaluations(run_dir: Path, test_path: str, test_size: int) -> dict[int, dict]:
@@ -114,7 +120,8 @@ def recovered_evaluations(run_dir: Path, test_path: str, test_size: int) -> dict
         return {}
     differs = verify(run_dir, again)
     if differs is None:
-        control = control_step(run_dir, test_path, test_size)
+        last = max(int(r["step"]) for r in _train_records(again, 10**9))
+        control = control_step(run_dir, test_path, test_size, last)
         mine = _evaluations(again, test_path, test_size)
         if control not in mine:
             differs = f"its control step {control} is not evaluated"
@@ -140,6 +147,12 @@ def check_checkout(checkout: Path, commit: str) -> None:
                          + (f": {diff.stderr.strip()}" if diff.stderr.strip() else ""))
 
 
+def _read_json(path: Path, what: str):
+    if not path.is_file():
+        raise SystemExit(f"recover_checkpoints: {path} not found: {what}")
+    return json.loads(path.read_text())
+
+
 def recover(run_dir: Path, steps: list[int], checkout: Path, *, test_path: str, test_size: int, threads: int,
             timeout: float) -> Path:
     """Train ``run_dir`` again in ``checkout`` (its ``.venv``; a checkout of the original's commit,
@@ -149,15 +162,22 @@ def recover(run_dir: Path, steps: list[int], checkout: Path, *, test_path: str, 
     directory.
 
     Raises:
-        SystemExit: the checkout is of another trainer, a partial run again is in the way, training or
-            evaluation failed (its log is named), or the run again computed other values than the
-            original."""
+        SystemExit: the run's ``bench_run.json`` or ``args.json`` or the checkout's ``.venv`` is
+            missing, the checkout is of another trainer, a partial run again or other files are in
+            the way, training or evaluation failed or ran past ``timeout`` (its log is named), or
+            the run again computed other values than the original.
+        ValueError: ``steps`` is empty."""
+    if not steps:
+        raise ValueError("recover_checkpoints: no steps to recover")
     run_dir, checkout = run_dir.resolve(), checkout.resolve()
-    commit = json.loads((run_dir.parent / f"{run_dir.name}.bench_run.json").read_text())["commit"]
+    commit = _read_json(run_dir.parent / f"{run_dir.name}.bench_run.json",
+                        "the benchmark records the commit that trained each run there")["commit"]
     check_checkout(checkout, commit)
     again = recovered_dir(run_dir)
-    steps = sorted({*steps, control_step(run_dir, test_path, test_size)})
+    steps = sorted({*steps, control_step(run_dir, test_path, test_size, max(steps))})
     python = str(checkout / ".venv" / "bin" / "python")
+    if not Path(python).is_file():
+        raise SystemExit(f"recover_checkpoints: {python} not found: set the checkout up first (make setup vllm-venv there)")
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(threads), TOKENIZERS_PARALLELISM="false")
     log = again.parent / f"{run_dir.name}.log"
     trained = _train_records(again, 10**9) if (again / "metrics.jsonl").is_file() else []
@@ -165,14 +185,22 @@ def recover(run_dir: Path, steps: list[int], checkout: Path, *, test_path: str, 
         raise SystemExit(f"recover_checkpoints: {again} is a partial run again (stopped at step "
                          f"{max(int(r['step']) for r in trained)} of {max(steps)}); a resumed one would not stop where "
                          "it should: move it aside and run --recover again")
+    if not trained and again.is_dir() and any(again.iterdir()):
+        raise SystemExit(f"recover_checkpoints: {again} holds files but no trained step (an earlier run again's "
+                         "evaluations would be paired with this one's metrics): move it aside and run --recover again")
     if not trained:
-        original = json.loads((run_dir.parent / f"{run_dir.name}.args.json").read_text())
+        original = _read_json(run_dir.parent / f"{run_dir.name}.args.json",
+                              "the benchmark writes each run's arguments there")
         args = recovery_arguments(original, steps, again.parent)
         again.parent.mkdir(parents=True, exist_ok=True)
         (again.parent / f"{run_dir.name}.args.json").write_text(json.dumps(args))
-        with open(log, "a") as f:
-            code = subprocess.run([python, "-m", "fastrl.train", *args], cwd=checkout, env=env, stdout=f,
-                                  stderr=subprocess.STDOUT, timeout=timeout).returncode
+        try:
+            with open(log, "a") as f:
+                code = subprocess.run([python, "-m", "fastrl.train", *args], cwd=checkout, env=env, stdout=f,
+                                      stderr=subprocess.STDOUT, timeout=timeout).returncode
+        except subprocess.TimeoutExpired:
+            raise SystemExit(f"recover_checkpoints: training {again} again ran past {timeout:.0f} s; log {log} "
+                             "(move the partial run again aside, then run --recover again with a larger --timeout)")
         if code != 0:
             raise SystemExit(f"recover_checkpoints: training {again} again failed (exit {code}); log {log}")
     differs = verify(run_dir, again)

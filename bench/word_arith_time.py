@@ -257,7 +257,7 @@ def drop_unused_band(run_dir: Path, t_grpo: float | None) -> list[int]:
 
 
 #: How the trainer logs each checkpoint it saves (fastrl/checkpoint/io.py), in a run's ``train.log``.
-SAVED_LINE = re.compile(r"checkpoint saved: \S*step_(\d+)")
+SAVED_LINE = re.compile(r"checkpoint saved: .*step_(\d+)")
 
 
 def saved_checkpoints(run_dir: Path) -> list[tuple[int, float]]:
@@ -691,6 +691,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             p.error(f"--recover takes SEED:ROW with ROW one of {sorted(known)}, got {args.recover!r}")
         if args.checkout is None or args.report_only or args.no_eval or args.eval_only:
             p.error("--recover needs --checkout and no --report-only / --no-eval / --eval-only")
+        if args.overrides or args.keep_checkpoints or args.rows:
+            p.error("--recover trains the run again with its own arguments and deletes each recovered checkpoint "
+                    "once evaluated: drop the overrides / --keep-checkpoints / --rows")
+        if int(seed) > args.seeds:
+            p.error(f"--recover {args.recover}: the report after it covers seeds 1..--seeds ({args.seeds}); "
+                    f"pass --seeds {seed} or more")
         args.recover = (int(seed), label)
     elif args.checkout is not None:
         p.error("--checkout is for --recover")

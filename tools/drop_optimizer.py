@@ -31,15 +31,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--allow-latest", action="store_true",
                         help="also rewrite the newest checkpoint of its root (a finished run's last one)")
     args = parser.parse_args(argv)
-    from torch.distributed.checkpoint.api import CheckpointException
-
-    from fastrl.checkpoint.model_only import drop_optimizer
+    from fastrl.checkpoint.model_only import DROP_ERRORS, drop_optimizer
 
     refused = 0
     for path in args.checkpoints:
         try:
             done = drop_optimizer(path, allow_latest=args.allow_latest)
-        except (Exception, CheckpointException) as err:  # CheckpointException derives from BaseException
+        except DROP_ERRORS as err:
             # CheckpointError / RunDirLocked name the file and what to do; any other error (a full disk,
             # an unreadable file) is named with the checkpoint, which is left as it was
             why = str(err) if type(err).__name__ in ("CheckpointError", "RunDirLocked") else f"{path}: {type(err).__name__}: {err}"

@@ -42,9 +42,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.distributed.checkpoint.api import CheckpointException
 
 from fastrl.checkpoint.layout import ACTOR_DIR, RNG_DIR, STEP_DIR, TRAIN_STATE
 from fastrl.checkpoint.manager import CheckpointError, CheckpointInfo, CheckpointManager
+
+#: What :func:`drop_optimizer` may raise for one checkpoint: any error, and torch.distributed.checkpoint's
+#: ``CheckpointException``, which derives from BaseException (past ``except Exception``).
+DROP_ERRORS = (Exception, CheckpointException)
 
 #: Top-level key of the optimizer's entries in a checkpoint's ``actor/`` (:mod:`fastrl.checkpoint.actor_state`).
 OPTIMIZER_KEY = "optimizer"

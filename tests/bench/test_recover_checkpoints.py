@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bench import recover_checkpoints, word_arith_time
-from bench.recover_checkpoints import check_checkout, recovery_arguments, verify
+from bench.recover_checkpoints import check_checkout, control_step, recovery_arguments, verify
 
 ORIGINAL = ["--recipe", "smollm2_135m_fastrl_paper_grpo_wordarith_vllm_cpu", "checkpoint.keep_last=1",
             "checkpoint.save_at_train_s=[300,600,1494.8,2400]", "checkpoint.save_at_steps=[5,10,15,20]",
@@ -110,6 +110,8 @@ def test_recover_trains_the_lost_steps_and_the_control_once(tmp_path, monkeypatc
     (tmp_path / "seed1" / "row.bench_run.json").write_text(json.dumps({"commit": "abc"}))
     (tmp_path / "seed1" / "row.args.json").write_text(json.dumps(ORIGINAL))
     monkeypatch.setattr(recover_checkpoints, "check_checkout", lambda checkout, commit: None)
+    (tmp_path / "checkout" / ".venv" / "bin").mkdir(parents=True)
+    (tmp_path / "checkout" / ".venv" / "bin" / "python").write_text("")
     calls = []
 
     def fake_run(cmd, **kw):
@@ -127,6 +129,42 @@ def test_recover_trains_the_lost_steps_and_the_control_once(tmp_path, monkeypatc
     _metrics(recover_checkpoints.recovered_dir(run), 30)  # a run again stopped part-way
     with pytest.raises(SystemExit, match="partial run again"):
         recover_checkpoints.recover(run, [24, 33], tmp_path / "checkout", **split, threads=2, timeout=9)
+
+
+def test_the_control_is_the_latest_evaluated_step_a_run_again_passes(tmp_path):
+    """catches: the first evaluated checkpoint taken as the control when a later one lies within the
+    run again (the steps between them then checked by their metrics only), or a control past the
+    last lost step when one before it exists (training longer than needed)."""
+    run = tmp_path / "row"
+    seconds = {20: 800.0, 30: 1100.0, 48: 1740.0}
+    _budget_run(run, seconds)
+    _evaluated(run, {20: 3, 30: 4, 48: 6}, seconds)
+    split = (word_arith_time.TEST_PATH, word_arith_time.TEST_SIZE)
+    assert [control_step(run, *split, last) for last in (10, 20, 33, 48, 68)] == [20, 20, 30, 48, 48]
+
+
+def test_recover_refuses_what_it_cannot_check(tmp_path, monkeypatch):
+    """catches: a run again trained into a folder holding an earlier one's evaluations (they would be
+    paired with the new metrics), or a missing run record / checkout environment met with a
+    traceback instead of what to do."""
+    seconds = {20: 800.0, 24: 980.0}
+    run = tmp_path / "seed1" / "row"
+    _budget_run(run, seconds)
+    _evaluated(run, {20: 3}, seconds)
+    split = {"test_path": word_arith_time.TEST_PATH, "test_size": word_arith_time.TEST_SIZE}
+    checkout = tmp_path / "checkout"
+    with pytest.raises(SystemExit, match="row.bench_run.json not found"):
+        recover_checkpoints.recover(run, [24], checkout, **split, threads=2, timeout=9)
+    (tmp_path / "seed1" / "row.bench_run.json").write_text(json.dumps({"commit": "abc"}))
+    monkeypatch.setattr(recover_checkpoints, "check_checkout", lambda checkout, commit: None)
+    with pytest.raises(SystemExit, match="make setup vllm-venv"):
+        recover_checkpoints.recover(run, [24], checkout, **split, threads=2, timeout=9)
+    (checkout / ".venv" / "bin").mkdir(parents=True)
+    (checkout / ".venv" / "bin" / "python").write_text("")
+    _evaluated(recover_checkpoints.recovered_dir(run), {24: 4}, {24: 980.0})  # evaluations, no metrics
+    monkeypatch.setattr(recover_checkpoints.subprocess, "run", lambda *a, **k: pytest.fail("trained"))
+    with pytest.raises(SystemExit, match="holds files but no trained step"):
+        recover_checkpoints.recover(run, [24], checkout, **split, threads=2, timeout=9)
 
 
 def test_the_checkout_must_hold_the_trainer_that_trained_the_run(tmp_path):
@@ -160,3 +198,6 @@ def test_recover_needs_a_checkout_and_a_row():
         word_arith_time.parse_args(["--checkout", "/x"])
     assert word_arith_time.parse_args(["--recover", "2:fastrl_paper_grpo", "--checkout", "/x"]).recover == (
         2, "fastrl_paper_grpo")
+    for ignored in (["trainer.max_steps=2"], ["--keep-checkpoints"], ["--rows", "grpo"], ["--seeds", "1"]):
+        with pytest.raises(SystemExit):  # settings a recovery would not apply, or a seed the report leaves out
+            word_arith_time.parse_args(["--recover", "2:fastrl_paper_grpo", "--checkout", "/x", *ignored])

@@ -352,6 +352,15 @@ def test_saved_checkpoints_come_from_the_trainers_log_at_their_training_time(tmp
         word_arith_time.saved_checkpoints(tmp_path)
 
 
+def test_saved_checkpoints_read_a_path_with_a_space(tmp_path):
+    """catches: a save line whose run directory has a space in its path not seen (its checkpoints
+    would never be counted as lost)."""
+    run = tmp_path / "my runs" / "row"
+    run.mkdir(parents=True)
+    _saved_run(run, {5: 210.0, 20: 800.0})
+    assert word_arith_time.saved_checkpoints(run) == [(5, 210.0), (20, 800.0)]
+
+
 def test_a_saved_checkpoint_neither_evaluated_nor_kept_is_lost_and_its_estimands_not_computable(tmp_path, monkeypatch):
     """catches: load_curve building its placeholders from the checkpoints on disk alone (a curve whose
     unevaluated checkpoints are gone reads as complete: time to GRPO's accuracy "not reached", equal time
