@@ -131,6 +131,33 @@ def test_recover_trains_the_lost_steps_and_the_control_once(tmp_path, monkeypatc
         recover_checkpoints.recover(run, [24, 33], tmp_path / "checkout", **split, threads=2, timeout=9)
 
 
+def test_a_run_again_that_computed_other_values_is_not_evaluated(tmp_path, monkeypatch):
+    """catches: recover() evaluating a run again without checking its metrics first (an hour of
+    evaluations of checkpoints that are not the original's, found only when the report reads them)."""
+    seconds = {20: 800.0, 24: 980.0}
+    run = tmp_path / "seed1" / "row"
+    _budget_run(run, seconds)
+    _evaluated(run, {20: 3}, seconds)
+    (tmp_path / "seed1" / "row.bench_run.json").write_text(json.dumps({"commit": "abc"}))
+    (tmp_path / "seed1" / "row.args.json").write_text(json.dumps(ORIGINAL))
+    monkeypatch.setattr(recover_checkpoints, "check_checkout", lambda checkout, commit: None)
+    (tmp_path / "checkout" / ".venv" / "bin").mkdir(parents=True)
+    (tmp_path / "checkout" / ".venv" / "bin" / "python").write_text("")
+    calls = []
+
+    def fake_run(cmd, **kw):
+        calls.append(cmd)
+        if "fastrl.train" in cmd:
+            _metrics(recover_checkpoints.recovered_dir(run), 24, reward=lambda s: 0.5)  # other rewards
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(recover_checkpoints.subprocess, "run", fake_run)
+    with pytest.raises(SystemExit, match="computed other values"):
+        recover_checkpoints.recover(run, [24], tmp_path / "checkout", test_path=word_arith_time.TEST_PATH,
+                                    test_size=word_arith_time.TEST_SIZE, threads=2, timeout=9)
+    assert not any("eval_checkpoints.py" in " ".join(c) for c in calls)
+
+
 def test_the_control_is_the_latest_evaluated_step_a_run_again_passes(tmp_path):
     """catches: the first evaluated checkpoint taken as the control when a later one lies within the
     run again (the steps between them then checked by their metrics only), or a control past the

@@ -78,6 +78,8 @@ def test_a_grpo_time_near_the_budget_moves_the_budget_and_the_grid_past_it():
         assert word_arith_time.budget_seconds(t_g) == 2400.0
         assert "trainer.max_train_time_s=2400" in row_overrides(fast, t_g)
     assert word_arith_time.budget_seconds(2260.0) == 2560.0
+    assert word_arith_time.budget_seconds(2250.0) == 2400.0  # the amendment's edge: 150 s short of the budget
+    assert word_arith_time.budget_seconds(2613.0) == 2913.0  # past the budget (seed 4)
     got = row_overrides(fast, 2430.4)
     assert "trainer.max_train_time_s=2730.4" in got
     assert ("checkpoint.save_at_train_s=[300,600,900,1200,1500,1800,2100,2180.4,2230.4,2280.4,2330.4,2380.4,"
@@ -173,15 +175,15 @@ def test_a_sitting_evaluates_each_runs_estimands_before_its_next_run(tmp_path, m
     monkeypatch.setattr(word_arith_time, "run_one", train)
     monkeypatch.setattr(word_arith_time, "grpo_train_seconds", lambda run_dir: 1744.8)
     monkeypatch.setattr(word_arith_time, "drop_unused_band", lambda run_dir, t: [])
-    monkeypatch.setattr(word_arith_time, "estimand_steps", lambda run_dir, label, t: {20})
+    monkeypatch.setattr(word_arith_time, "estimand_steps", lambda run_dir, label, t: calls.append((label, t)) or {20})
     monkeypatch.setattr(word_arith_time, "evaluate_run",
                         lambda run_dir, **kw: calls.append(("eval", run_dir.name, kw["steps"])))
     monkeypatch.setattr(word_arith_time, "collect", report)
     with pytest.raises(Reported):
         word_arith_time.main(["--seeds", "1", "--rows", f"grpo,{PRIMARY}", "--out", str(tmp_path)])
     grpo, row = (word_arith_time.BY_LABEL[x].recipe for x in ("grpo", PRIMARY))
-    assert calls == [("train", "grpo"), ("eval", grpo, {20}), ("train", PRIMARY), ("eval", row, {20}),
-                     ("eval", grpo, None), ("eval", row, None)]
+    assert calls == [("train", "grpo"), ("grpo", None), ("eval", grpo, {20}), ("train", PRIMARY),
+                     (PRIMARY, 1744.8), ("eval", row, {20}), ("eval", grpo, None), ("eval", row, None)]
 
 
 def test_no_eval_and_eval_only_exclude_each_other_and_report_only():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from fastrl.models.memory_plan import estimate_memory
@@ -32,6 +34,20 @@ def test_a_7b_stop_needs_more_than_the_default_grace():
     assert b.save_s == pytest.approx(b.checkpoint_gb) and b.nodes == 1
     assert b.total_s == pytest.approx(b.generation_s + b.training_s + b.validation_s + b.save_s)
     assert b.grace_s == 900 > MIN_GRACE_S
+
+
+def test_an_fp32_checkpoint_counts_its_main_weights_too():
+    """megatron's fully_reshardable format stores the fp32 main weights even when the model itself
+    is fp32 (SmolLM2-135M's fp32 checkpoints take 2,154 MB: 16 bytes a parameter).
+
+    catches: an fp32 checkpoint counted at 12 bytes a parameter (weights and Adam's two moments,
+    without the main weights)."""
+    cfg = get_recipe(R7B)
+    cfg = replace(cfg, precision=replace(cfg.precision, mode="fp32"))
+    world = cfg.parallel.world_size
+    plan = estimate_memory(cfg, world, cfg.parallel.gpu_memory_gib)
+    b = estimate_stop_budget(cfg, plan, KNOWN_MODELS[cfg.model.hf_path], world)
+    assert b.checkpoint_gb == pytest.approx(16 * 8_292_166_656 / 1e9)
 
 
 def test_dry_run_prints_the_line_submit_reads(capsys):
