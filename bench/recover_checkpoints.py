@@ -5,7 +5,8 @@ step for step, and saving exactly those steps.
 Why it can be exact: a run's steps are deterministic given its arguments, its trainer's code and
 the machine's arithmetic (seed 2 of the equal-time benchmark, resumed from step 15 on the machine
 that trained it, reproduced every non-timing metric of steps 16-19 exactly but the refit check's;
-a warm start rebuilt on another machine once computed other values, ``bench/heldout.py``), so the
+seed 4's GRPO, trained twice on two machines, computed the same in all 20 steps; a warm start
+rebuilt on another machine once computed other values, ``bench/heldout.py``), so the
 same arguments on the same ``fastrl/`` and ``recipes/`` may give the same weights at every step.
 The run again differs only in what does not change a step: it saves the lost steps
 (``checkpoint.save_at_steps``, without optimizer state) instead of the time grid, has no
