@@ -100,10 +100,9 @@ def test_a_recovered_checkpoint_stands_at_the_original_runs_time(tmp_path):
         word_arith_time.load_curve(run, 1745.0, budget=True)
 
 
-def test_recover_trains_the_lost_steps_and_the_control_once(tmp_path, monkeypatch):
-    """catches: the control step left out of the run again, the lost steps not all saved, or a partial
-    run again resumed (it would train past the last step, since stage.max_steps counts from the resume)."""
-    seconds = {20: 800.0, 24: 980.0, 33: 1290.0}
+def _recoverable_run(tmp_path: Path, seconds: dict[int, float], monkeypatch) -> Path:
+    """A finished run ``seed1/row`` saved at ``seconds``, its step 20 evaluated, with its records and
+    a checkout whose trainer check passes."""
     run = tmp_path / "seed1" / "row"
     _budget_run(run, seconds)
     _evaluated(run, {20: 3}, seconds)
@@ -112,6 +111,14 @@ def test_recover_trains_the_lost_steps_and_the_control_once(tmp_path, monkeypatc
     monkeypatch.setattr(recover_checkpoints, "check_checkout", lambda checkout, commit: None)
     (tmp_path / "checkout" / ".venv" / "bin").mkdir(parents=True)
     (tmp_path / "checkout" / ".venv" / "bin" / "python").write_text("")
+    return run
+
+
+def test_recover_trains_the_lost_steps_and_the_control_once(tmp_path, monkeypatch):
+    """catches: the control step left out of the run again, the lost steps not all saved, or a partial
+    run again resumed (it would train past the last step, since stage.max_steps counts from the resume)."""
+    seconds = {20: 800.0, 24: 980.0, 33: 1290.0}
+    run = _recoverable_run(tmp_path, seconds, monkeypatch)
     calls = []
 
     def fake_run(cmd, **kw):
@@ -135,14 +142,7 @@ def test_a_run_again_that_computed_other_values_is_not_evaluated(tmp_path, monke
     """catches: recover() evaluating a run again without checking its metrics first (an hour of
     evaluations of checkpoints that are not the original's, found only when the report reads them)."""
     seconds = {20: 800.0, 24: 980.0}
-    run = tmp_path / "seed1" / "row"
-    _budget_run(run, seconds)
-    _evaluated(run, {20: 3}, seconds)
-    (tmp_path / "seed1" / "row.bench_run.json").write_text(json.dumps({"commit": "abc"}))
-    (tmp_path / "seed1" / "row.args.json").write_text(json.dumps(ORIGINAL))
-    monkeypatch.setattr(recover_checkpoints, "check_checkout", lambda checkout, commit: None)
-    (tmp_path / "checkout" / ".venv" / "bin").mkdir(parents=True)
-    (tmp_path / "checkout" / ".venv" / "bin" / "python").write_text("")
+    run = _recoverable_run(tmp_path, seconds, monkeypatch)
     calls = []
 
     def fake_run(cmd, **kw):
